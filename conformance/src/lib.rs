@@ -1,0 +1,2 @@
+//! Conformance suite and hermetic bench for code-runner-compatible workers.
+pub mod engine;
