@@ -1,0 +1,989 @@
+//! A loopback stand-in of the iii engine.
+//!
+//! It speaks the worker protocol exactly as the real engine was observed to
+//! (`shared/spec/engine-protocol.md` and the recorded transcripts): the same
+//! frames, field order, error codes and messages, so that a worker that works
+//! here works on a real engine. It knows nothing about sandboxes; the daemon
+//! double connects to it like any other worker.
+//!
+//! Deliberately absent: authentication, queues (`enqueue` answers
+//! `enqueue_error` exactly as an engine without a queue worker does), streaming
+//! channels, observe/local-dispatch (the recorded engine advertised no
+//! protocol features), and a built-in configuration worker (the hermetic bench
+//! attaches a double instead).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use uuid::Uuid;
+
+/// How long the real engine holds a worker's registrations back while it waits
+/// for the worker to name itself through `engine::workers::register`.
+pub const NAME_GRACE: Duration = Duration::from_secs(5);
+
+/// The namespace an invocation without `namespace` resolves in.
+const DEFAULT_NAMESPACE: &str = "default";
+
+/// Upper bound of a batched `engine::functions::info`.
+const INFO_BATCH_MAX: usize = 32;
+
+/// A running stand-in engine bound to 127.0.0.1.
+pub struct StandInEngine {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    state: Shared,
+}
+
+impl StandInEngine {
+    /// Binds 127.0.0.1:`port` (0 picks a free port) and starts serving.
+    /// Only loopback is ever bound: the engine has no authentication.
+    pub async fn start(port: u16) -> std::io::Result<StandInEngine> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let addr = listener.local_addr()?;
+        let state: Shared = Arc::new(Mutex::new(State::default()));
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        let accept_state = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        if let Ok((stream, _)) = accepted {
+                            let _ = stream.set_nodelay(true);
+                            tokio::spawn(serve_socket(stream, accept_state.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        tracing::info!(%addr, "stand-in engine listening");
+        Ok(StandInEngine {
+            addr,
+            stop: Some(stop_tx),
+            task: Some(task),
+            state,
+        })
+    }
+
+    /// The `ws://127.0.0.1:PORT` URL workers connect to.
+    pub fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Ids of the functions currently visible in `namespace`, sorted.
+    /// For tests that wait on registration or unregistration.
+    pub fn function_ids(&self, namespace: &str) -> Vec<String> {
+        let st = lock(&self.state);
+        let mut ids: Vec<String> = st
+            .functions
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, id)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Names of the live, named workers. For tests and leak checks.
+    pub fn worker_names(&self) -> Vec<String> {
+        let st = lock(&self.state);
+        let mut names: Vec<String> = st.workers.values().filter_map(|w| w.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Stops accepting and closes every socket.
+    pub async fn shutdown(mut self) {
+        self.close().await;
+    }
+
+    async fn close(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        let st = lock(&self.state);
+        for w in st.workers.values() {
+            let _ = w.tx.send(Outbound::Close);
+        }
+    }
+}
+
+impl Drop for StandInEngine {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let st = lock(&self.state);
+        for w in st.workers.values() {
+            let _ = w.tx.send(Outbound::Close);
+        }
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Shared) -> MutexGuard<'_, State> {
+    // A panic while holding the lock is a bug in this module; keep serving
+    // the other sockets rather than cascading it.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a connection's writer task sends.
+enum Outbound {
+    Frame(String),
+    Close,
+}
+
+#[derive(Default)]
+struct State {
+    workers: HashMap<Uuid, Worker>,
+    /// Visible functions, keyed by (namespace, function id).
+    functions: BTreeMap<(String, String), Function>,
+    /// Synchronous invocations awaiting their result, keyed by invocation id.
+    pending: HashMap<String, PendingCall>,
+    trigger_types: BTreeMap<String, TriggerType>,
+    /// Trigger bindings by id, whether or not their type is known yet.
+    triggers: BTreeMap<String, Binding>,
+}
+
+struct Worker {
+    tx: mpsc::UnboundedSender<Outbound>,
+    name: Option<String>,
+    namespace: String,
+    named: bool,
+    /// Registrations held back until the worker names itself (or the grace ends).
+    held: Vec<Function>,
+    metadata: Value,
+    connected_at_ms: u128,
+}
+
+#[derive(Clone)]
+struct Function {
+    id: String,
+    owner: Uuid,
+    description: Option<String>,
+    request_format: Option<Value>,
+    response_format: Option<Value>,
+    metadata: Option<Value>,
+}
+
+struct PendingCall {
+    caller: Uuid,
+    callee: Uuid,
+    function_id: String,
+}
+
+struct TriggerType {
+    owner: Uuid,
+    description: String,
+}
+
+#[derive(Clone)]
+struct Binding {
+    id: String,
+    trigger_type: String,
+    function_id: String,
+    config: Value,
+    owner: Uuid,
+}
+
+// ---- outbound frames, in the field order the real engine writes them ----
+
+#[derive(Serialize)]
+struct WorkerRegisteredFrame<'a> {
+    r#type: &'static str,
+    worker_id: &'a str,
+    reattach_token: &'a str,
+}
+
+#[derive(Serialize)]
+struct ResultFrame<'a> {
+    r#type: &'static str,
+    invocation_id: &'a str,
+    function_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody<'a>>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct ForwardFrame<'a> {
+    r#type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invocation_id: Option<&'a str>,
+    function_id: &'a str,
+    data: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baggage: Option<&'a Value>,
+}
+
+#[derive(Serialize)]
+struct BindFrame<'a> {
+    r#type: &'static str,
+    id: &'a str,
+    trigger_type: &'a str,
+    function_id: &'a str,
+    config: &'a Value,
+}
+
+#[derive(Serialize)]
+struct UnbindFrame<'a> {
+    r#type: &'static str,
+    id: &'a str,
+    trigger_type: &'a str,
+}
+
+fn encode<T: Serialize>(frame: &T) -> String {
+    serde_json::to_string(frame).expect("engine frames always serialize")
+}
+
+fn error_frame(invocation_id: &str, function_id: &str, code: &str, message: &str) -> String {
+    encode(&ResultFrame {
+        r#type: "invocationresult",
+        invocation_id,
+        function_id,
+        result: None,
+        error: Some(ErrorBody { code, message }),
+    })
+}
+
+fn result_frame(invocation_id: &str, function_id: &str, result: &Value) -> String {
+    encode(&ResultFrame {
+        r#type: "invocationresult",
+        invocation_id,
+        function_id,
+        result: Some(result),
+        error: None,
+    })
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+// ---- sockets ----
+
+async fn serve_socket(stream: TcpStream, state: Shared) {
+    let mut path = String::from("/");
+    let ws = tokio_tungstenite::accept_hdr_async(stream, |req: &Request, resp: Response| {
+        path = req.uri().path().to_string();
+        Ok(resp)
+    })
+    .await;
+    let Ok(ws) = ws else { return };
+    if path.starts_with("/otel") || path.starts_with("/ws/channels") {
+        // Telemetry and data channels are accepted and drained: SDKs open
+        // `/otel` by default, and nothing here consumes what they send.
+        drain(ws).await;
+        return;
+    }
+    serve_worker(ws, state).await;
+}
+
+async fn drain(ws: tokio_tungstenite::WebSocketStream<TcpStream>) {
+    let (_sink, mut source) = ws.split();
+    while let Some(Ok(_)) = source.next().await {}
+}
+
+async fn serve_worker(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: Shared) {
+    let (mut sink, mut source) = ws.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
+    let worker_id = Uuid::new_v4();
+    let reattach = Uuid::new_v4();
+    let greeting = encode(&WorkerRegisteredFrame {
+        r#type: "workerregistered",
+        worker_id: &worker_id.to_string(),
+        reattach_token: &reattach.to_string(),
+    });
+    let _ = tx.send(Outbound::Frame(greeting));
+    lock(&state).workers.insert(
+        worker_id,
+        Worker {
+            tx: tx.clone(),
+            name: None,
+            namespace: DEFAULT_NAMESPACE.to_string(),
+            named: false,
+            held: Vec::new(),
+            metadata: Value::Null,
+            connected_at_ms: now_ms(),
+        },
+    );
+
+    let writer = tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            match out {
+                Outbound::Frame(text) => {
+                    if sink.send(WsMessage::Text(text.into())).await.is_err() {
+                        break;
+                    }
+                }
+                Outbound::Close => {
+                    let _ = sink.close().await;
+                    break;
+                }
+            }
+        }
+    });
+
+    // The grace after which held registrations become visible even if the
+    // worker never names itself.
+    let grace_state = state.clone();
+    let grace = tokio::spawn(async move {
+        tokio::time::sleep(NAME_GRACE).await;
+        let mut st = lock(&grace_state);
+        flush_held(&mut st, worker_id);
+    });
+
+    while let Some(frame) = source.next().await {
+        let text = match frame {
+            Ok(WsMessage::Text(t)) => t.to_string(),
+            Ok(WsMessage::Binary(b)) => String::from_utf8_lossy(&b).into_owned(),
+            Ok(WsMessage::Close(_)) | Err(_) => break,
+            Ok(_) => continue, // pings are answered by tungstenite itself
+        };
+        let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(&text) else {
+            tracing::debug!("ignoring an undecodable frame");
+            continue;
+        };
+        handle_frame(&state, worker_id, msg);
+    }
+
+    grace.abort();
+    disconnect(&state, worker_id);
+    let _ = tx.send(Outbound::Close);
+    let _ = writer.await;
+}
+
+fn send(st: &State, to: Uuid, frame: String) {
+    if let Some(w) = st.workers.get(&to) {
+        let _ = w.tx.send(Outbound::Frame(frame));
+    }
+}
+
+fn str_field<'a>(msg: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    msg.get(key).and_then(Value::as_str)
+}
+
+fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
+    let Some(kind) = str_field(&msg, "type") else {
+        return;
+    };
+    let mut st = lock(state);
+    match kind {
+        "registerfunction" => {
+            let Some(id) = str_field(&msg, "id") else { return };
+            let f = Function {
+                id: id.to_string(),
+                owner: from,
+                description: str_field(&msg, "description").map(str::to_string),
+                request_format: msg.get("request_format").cloned(),
+                response_format: msg.get("response_format").cloned(),
+                metadata: msg.get("metadata").cloned(),
+            };
+            let named = st.workers.get(&from).map(|w| w.named).unwrap_or(false);
+            if named {
+                publish(&mut st, f);
+            } else if let Some(w) = st.workers.get_mut(&from) {
+                w.held.retain(|h| h.id != f.id);
+                w.held.push(f);
+            }
+        }
+        "unregisterfunction" => {
+            let Some(id) = str_field(&msg, "id") else { return };
+            let ns = worker_namespace(&st, from);
+            let key = (ns, id.to_string());
+            if st.functions.get(&key).map(|f| f.owner) == Some(from) {
+                st.functions.remove(&key);
+            }
+            if let Some(w) = st.workers.get_mut(&from) {
+                w.held.retain(|h| h.id != id);
+            }
+        }
+        "invokefunction" => invoke(&mut st, from, msg),
+        "invocationresult" => {
+            let Some(inv) = str_field(&msg, "invocation_id") else { return };
+            if let Some(p) = st.pending.get(inv) {
+                if p.callee != from {
+                    return;
+                }
+            }
+            if let Some(p) = st.pending.remove(inv) {
+                // Passed through unchanged: the handler's error body included.
+                send(&st, p.caller, encode(&msg));
+            }
+        }
+        "registertriggertype" => {
+            let Some(id) = str_field(&msg, "id") else { return };
+            st.trigger_types.insert(
+                id.to_string(),
+                TriggerType {
+                    owner: from,
+                    description: str_field(&msg, "description").unwrap_or("").to_string(),
+                },
+            );
+            // Bindings that waited for this type are handed to its provider now.
+            let waiting: Vec<Binding> = st
+                .triggers
+                .values()
+                .filter(|b| b.trigger_type == id)
+                .cloned()
+                .collect();
+            for b in waiting {
+                send(&st, from, bind_frame(&b));
+            }
+        }
+        "unregistertriggertype" => {
+            let Some(id) = str_field(&msg, "id") else { return };
+            if st.trigger_types.get(id).map(|t| t.owner) == Some(from) {
+                st.trigger_types.remove(id);
+            }
+        }
+        "registertrigger" => register_trigger(&mut st, from, &msg),
+        "unregistertrigger" => {
+            let Some(id) = str_field(&msg, "id") else { return };
+            if let Some(b) = st.triggers.remove(id) {
+                if let Some(t) = st.trigger_types.get(&b.trigger_type) {
+                    send(&st, t.owner, unbind_frame(&b));
+                }
+            }
+        }
+        "ping" => send(&st, from, r#"{"type":"pong"}"#.to_string()),
+        // A reconnecting SDK retires its previous connection; that one is
+        // already gone here (its socket closed), so there is nothing to do.
+        "reattach" => {}
+        _ => tracing::debug!(kind, "ignoring an unknown frame type"),
+    }
+}
+
+fn bind_frame(b: &Binding) -> String {
+    encode(&BindFrame {
+        r#type: "registertrigger",
+        id: &b.id,
+        trigger_type: &b.trigger_type,
+        function_id: &b.function_id,
+        config: &b.config,
+    })
+}
+
+fn unbind_frame(b: &Binding) -> String {
+    encode(&UnbindFrame {
+        r#type: "unregistertrigger",
+        id: &b.id,
+        trigger_type: &b.trigger_type,
+    })
+}
+
+fn register_trigger(st: &mut State, from: Uuid, msg: &Map<String, Value>) {
+    let (Some(id), Some(trigger_type), Some(function_id)) = (
+        str_field(msg, "id"),
+        str_field(msg, "trigger_type"),
+        str_field(msg, "function_id"),
+    ) else {
+        return;
+    };
+    if let Some(ns) = msg.get("namespace").and_then(Value::as_str) {
+        if ns.trim().is_empty() {
+            let frame = json!({
+                "type": "triggerregistrationresult",
+                "id": id,
+                "trigger_type": trigger_type,
+                "function_id": function_id,
+                "error": {
+                    "code": "INVALID_NAMESPACE",
+                    "message": "`namespace` is empty: it was named and left blank. Give it a name, or omit it to use `default`."
+                }
+            });
+            send(st, from, ordered_trigger_result(frame));
+            return;
+        }
+    }
+    let b = Binding {
+        id: id.to_string(),
+        trigger_type: trigger_type.to_string(),
+        function_id: function_id.to_string(),
+        config: msg.get("config").cloned().unwrap_or_else(|| json!({})),
+        owner: from,
+    };
+    if let Some(t) = st.trigger_types.get(trigger_type) {
+        send(st, t.owner, bind_frame(&b));
+    }
+    // Unknown types leave the binding pending, silently, as the engine does.
+    st.triggers.insert(b.id.clone(), b);
+}
+
+/// `triggerregistrationresult` in the engine's field order.
+fn ordered_trigger_result(v: Value) -> String {
+    #[derive(Serialize)]
+    struct F<'a> {
+        r#type: &'a str,
+        id: &'a Value,
+        trigger_type: &'a Value,
+        function_id: &'a Value,
+        error: &'a Value,
+    }
+    encode(&F {
+        r#type: "triggerregistrationresult",
+        id: &v["id"],
+        trigger_type: &v["trigger_type"],
+        function_id: &v["function_id"],
+        error: &v["error"],
+    })
+}
+
+fn worker_namespace(st: &State, id: Uuid) -> String {
+    st.workers
+        .get(&id)
+        .map(|w| w.namespace.clone())
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+}
+
+/// Makes a function visible, unless another live worker owns its id.
+fn publish(st: &mut State, f: Function) {
+    let ns = worker_namespace(st, f.owner);
+    let key = (ns.clone(), f.id.clone());
+    if let Some(existing) = st.functions.get(&key) {
+        if existing.owner != f.owner {
+            let frame = json!({
+                "type": "registrationrejected",
+                "code": "FUNCTION_NAMESPACE_CONFLICT",
+                "namespace": ns,
+                "function_id": f.id,
+                "owner_worker_id": existing.owner.to_string(),
+            });
+            send(st, f.owner, ordered_rejection(&frame));
+            return;
+        }
+    }
+    st.functions.insert(key, f);
+}
+
+/// `registrationrejected` in the engine's field order.
+fn ordered_rejection(v: &Value) -> String {
+    #[derive(Serialize)]
+    struct F<'a> {
+        r#type: &'a str,
+        code: &'a Value,
+        namespace: &'a Value,
+        #[serde(skip_serializing_if = "Value::is_null")]
+        worker_name: &'a Value,
+        #[serde(skip_serializing_if = "Value::is_null")]
+        function_id: &'a Value,
+        owner_worker_id: &'a Value,
+    }
+    encode(&F {
+        r#type: "registrationrejected",
+        code: &v["code"],
+        namespace: &v["namespace"],
+        worker_name: &v["worker_name"],
+        function_id: &v["function_id"],
+        owner_worker_id: &v["owner_worker_id"],
+    })
+}
+
+fn flush_held(st: &mut State, worker: Uuid) {
+    let held = match st.workers.get_mut(&worker) {
+        Some(w) => {
+            w.named = true;
+            std::mem::take(&mut w.held)
+        }
+        None => return,
+    };
+    for f in held {
+        publish(st, f);
+    }
+}
+
+fn disconnect(state: &Shared, gone: Uuid) {
+    let mut st = lock(state);
+    st.workers.remove(&gone);
+    st.functions.retain(|_, f| f.owner != gone);
+    // Calls the departed worker was serving end as `invocation_stopped`;
+    // calls it was waiting on are dropped.
+    let stopped: Vec<(String, PendingCall)> = st
+        .pending
+        .iter()
+        .filter(|(_, p)| p.callee == gone || p.caller == gone)
+        .map(|(k, p)| {
+            (
+                k.clone(),
+                PendingCall {
+                    caller: p.caller,
+                    callee: p.callee,
+                    function_id: p.function_id.clone(),
+                },
+            )
+        })
+        .collect();
+    for (inv, p) in stopped {
+        st.pending.remove(&inv);
+        if p.callee == gone && p.caller != gone {
+            let frame = error_frame(&inv, &p.function_id, "invocation_stopped", "Invocation stopped");
+            send(&st, p.caller, frame);
+        }
+    }
+    let owned_types: Vec<String> = st
+        .trigger_types
+        .iter()
+        .filter(|(_, t)| t.owner == gone)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for t in owned_types {
+        st.trigger_types.remove(&t);
+    }
+    let bindings: Vec<Binding> = st
+        .triggers
+        .values()
+        .filter(|b| b.owner == gone)
+        .cloned()
+        .collect();
+    for b in bindings {
+        st.triggers.remove(&b.id);
+        if let Some(t) = st.trigger_types.get(&b.trigger_type) {
+            send(&st, t.owner, unbind_frame(&b));
+        }
+    }
+}
+
+// ---- invocation ----
+
+fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
+    let Some(function_id) = str_field(&msg, "function_id").map(str::to_string) else {
+        return;
+    };
+    let invocation_id = str_field(&msg, "invocation_id").map(str::to_string);
+    let action = msg.get("action").and_then(|a| a.get("type")).and_then(Value::as_str);
+    let data = msg.get("data").cloned().unwrap_or(Value::Null);
+    let namespace = str_field(&msg, "namespace")
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string();
+
+    if function_id.starts_with("engine::") {
+        let answer = builtin(st, from, &function_id, &data);
+        if let (Some(inv), Some(answer)) = (invocation_id.as_deref(), answer) {
+            let frame = match answer {
+                Ok(v) => result_frame(inv, &function_id, &v),
+                Err((code, message)) => error_frame(inv, &function_id, code, &message),
+            };
+            send(st, from, frame);
+        }
+        return;
+    }
+
+    if action == Some("enqueue") {
+        if let Some(inv) = invocation_id.as_deref() {
+            let message = format!(
+                "No queue provider is installed. `TriggerAction::Enqueue` routes through the `engine::queue::enqueue` provider, which the standalone queue worker registers. Add it with `iii worker add queue`. (underlying: Function engine::queue::enqueue not found in namespace {DEFAULT_NAMESPACE})"
+            );
+            send(st, from, error_frame(inv, &function_id, "enqueue_error", &message));
+        }
+        return;
+    }
+
+    let key = (namespace.clone(), function_id.clone());
+    let Some(callee) = st.functions.get(&key).map(|f| f.owner) else {
+        if let Some(inv) = invocation_id.as_deref() {
+            let mut elsewhere: Vec<String> = st
+                .functions
+                .keys()
+                .filter(|(ns, id)| id == &function_id && ns != &namespace)
+                .map(|(ns, _)| ns.clone())
+                .collect();
+            elsewhere.sort();
+            let mut message = format!("Function {function_id} not found in namespace {namespace}.");
+            if !elsewhere.is_empty() {
+                message.push_str(&format!(
+                    " It is registered in namespace(s): {}.",
+                    elsewhere.join(", ")
+                ));
+            }
+            send(st, from, error_frame(inv, &function_id, "function_not_found", &message));
+        }
+        return;
+    };
+
+    // The engine tells the handler who called by adding `_caller_worker_id`
+    // to object payloads; other payloads pass untouched.
+    let data = match data {
+        Value::Object(mut m) => {
+            m.insert("_caller_worker_id".into(), Value::String(from.to_string()));
+            Value::Object(m)
+        }
+        other => other,
+    };
+    let void = action == Some("void") || invocation_id.is_none();
+    let frame = encode(&ForwardFrame {
+        r#type: "invokefunction",
+        invocation_id: if void { None } else { invocation_id.as_deref() },
+        function_id: &function_id,
+        data: &data,
+        metadata: msg.get("metadata"),
+        traceparent: msg.get("traceparent"),
+        baggage: msg.get("baggage"),
+    });
+    if !void {
+        if let Some(inv) = invocation_id {
+            st.pending.insert(
+                inv,
+                PendingCall {
+                    caller: from,
+                    callee,
+                    function_id: function_id.clone(),
+                },
+            );
+        }
+    }
+    send(st, callee, frame);
+}
+
+type BuiltinAnswer = Option<Result<Value, (&'static str, String)>>;
+
+fn builtin(st: &mut State, from: Uuid, function_id: &str, data: &Value) -> BuiltinAnswer {
+    match function_id {
+        "engine::workers::register" => {
+            register_worker_name(st, from, data);
+            Some(Ok(Value::Null))
+        }
+        "engine::functions::list" => Some(Ok(functions_list(st, data))),
+        "engine::functions::info" => Some(functions_info(st, data)),
+        "engine::workers::list" => Some(Ok(workers_list(st))),
+        "engine::triggers::list" => Some(Ok(json!({
+            "triggers": st.trigger_types.iter().map(|(id, t)| json!({
+                "id": id,
+                "description": t.description,
+                "namespace": DEFAULT_NAMESPACE,
+                "worker_name": st.workers.get(&t.owner).and_then(|w| w.name.clone()),
+            })).collect::<Vec<_>>()
+        }))),
+        "engine::registered-triggers::list" => Some(Ok(json!({
+            "registered_triggers": st.triggers.values().map(|b| json!({
+                "id": b.id,
+                "trigger_type": b.trigger_type,
+                "function_id": b.function_id,
+                "config": b.config,
+                "config_summary": serde_json::to_string(&b.config).unwrap_or_default(),
+                "worker_name": function_owner_name(st, &b.function_id),
+            })).collect::<Vec<_>>()
+        }))),
+        other => Some(Err((
+            "function_not_found",
+            format!("Function {other} not found in namespace {DEFAULT_NAMESPACE}."),
+        ))),
+    }
+}
+
+fn function_owner_name(st: &State, function_id: &str) -> Option<String> {
+    st.functions
+        .iter()
+        .find(|((_, id), _)| id == function_id)
+        .and_then(|(_, f)| st.workers.get(&f.owner))
+        .and_then(|w| w.name.clone())
+}
+
+fn register_worker_name(st: &mut State, from: Uuid, data: &Value) {
+    let name = data.get("name").and_then(Value::as_str).map(str::to_string);
+    let namespace = data
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or(DEFAULT_NAMESPACE)
+        .to_string();
+    if let Some(name) = &name {
+        let owner = st
+            .workers
+            .iter()
+            .find(|(id, w)| **id != from && w.name.as_deref() == Some(name) && w.namespace == namespace)
+            .map(|(id, _)| *id);
+        if let Some(owner) = owner {
+            let frame = json!({
+                "code": "WORKER_NAMESPACE_CONFLICT",
+                "namespace": namespace,
+                "worker_name": name,
+                "owner_worker_id": owner.to_string(),
+            });
+            send(st, from, ordered_rejection(&frame));
+            if let Some(w) = st.workers.get(&from) {
+                let _ = w.tx.send(Outbound::Close);
+            }
+            // Its held registrations are dropped with it.
+            if let Some(w) = st.workers.get_mut(&from) {
+                w.held.clear();
+            }
+            return;
+        }
+    }
+    if let Some(w) = st.workers.get_mut(&from) {
+        w.name = name;
+        w.namespace = namespace;
+        w.metadata = data.clone();
+    }
+    flush_held(st, from);
+}
+
+fn is_internal(f: &Function) -> bool {
+    f.metadata
+        .as_ref()
+        .and_then(|m| m.get("internal"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+fn functions_list(st: &State, data: &Value) -> Value {
+    let search = data.get("search").and_then(Value::as_str).map(str::to_lowercase);
+    let prefix = data.get("prefix").and_then(Value::as_str);
+    let worker = data.get("worker").and_then(Value::as_str);
+    let include_internal = data
+        .get("include_internal")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut out: Vec<(String, Value)> = Vec::new();
+    for ((ns, id), f) in &st.functions {
+        if !include_internal && (id.starts_with("engine::") || is_internal(f)) {
+            continue;
+        }
+        if prefix.is_some_and(|p| !id.starts_with(p)) {
+            continue;
+        }
+        let worker_name = st.workers.get(&f.owner).and_then(|w| w.name.clone());
+        if worker.is_some_and(|w| worker_name.as_deref() != Some(w)) {
+            continue;
+        }
+        if let Some(s) = &search {
+            let hay = format!("{} {}", id, f.description.as_deref().unwrap_or("")).to_lowercase();
+            if !hay.contains(s.as_str()) {
+                continue;
+            }
+        }
+        let mut entry = Map::new();
+        entry.insert("function_id".into(), json!(id));
+        entry.insert("namespace".into(), json!(ns));
+        entry.insert("worker_name".into(), json!(worker_name));
+        if let Some(d) = &f.description {
+            entry.insert("description".into(), json!(d));
+        }
+        if let Some(m) = &f.metadata {
+            entry.insert("metadata".into(), m.clone());
+        }
+        out.push((id.clone(), Value::Object(entry)));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    json!({ "functions": out.into_iter().map(|(_, v)| v).collect::<Vec<_>>() })
+}
+
+fn info_entry(st: &State, function_id: &str) -> Option<Value> {
+    let ((ns, _), f) = st.functions.iter().find(|((_, id), _)| id == function_id)?;
+    let mut entry = Map::new();
+    entry.insert("function_id".into(), json!(function_id));
+    entry.insert("namespace".into(), json!(ns));
+    entry.insert(
+        "worker_name".into(),
+        json!(st.workers.get(&f.owner).and_then(|w| w.name.clone())),
+    );
+    if let Some(d) = &f.description {
+        entry.insert("description".into(), json!(d));
+    }
+    if let Some(m) = &f.metadata {
+        entry.insert("metadata".into(), m.clone());
+    }
+    // The engine answers the registered formats under new names.
+    if let Some(r) = &f.request_format {
+        entry.insert("request_schema".into(), r.clone());
+    }
+    if let Some(r) = &f.response_format {
+        entry.insert("response_schema".into(), r.clone());
+    }
+    let triggers: Vec<Value> = st
+        .triggers
+        .values()
+        .filter(|b| b.function_id == function_id)
+        .map(|b| json!({"id": b.id, "trigger_type": b.trigger_type, "config": b.config}))
+        .collect();
+    entry.insert("registered_triggers".into(), Value::Array(triggers));
+    Some(Value::Object(entry))
+}
+
+fn functions_info(st: &State, data: &Value) -> Result<Value, (&'static str, String)> {
+    if let Some(ids) = data.get("function_ids").and_then(Value::as_array) {
+        if ids.len() > INFO_BATCH_MAX {
+            return Err((
+                "INVALID_ARGUMENTS",
+                format!("`function_ids` accepts at most {INFO_BATCH_MAX} ids"),
+            ));
+        }
+        let functions: Vec<Value> = ids
+            .iter()
+            .map(|id| {
+                let id = id.as_str().unwrap_or_default();
+                info_entry(st, id)
+                    .unwrap_or_else(|| json!({"function_id": id, "error": "not_found"}))
+            })
+            .collect();
+        return Ok(json!({ "functions": functions }));
+    }
+    match data.get("function_id").and_then(Value::as_str) {
+        Some(id) => info_entry(st, id)
+            .ok_or_else(|| ("NOT_FOUND", format!("Function '{id}' is not registered."))),
+        None => Err((
+            "INVALID_ARGUMENTS",
+            "missing field `function_id` (or `function_ids` for a batch)".to_string(),
+        )),
+    }
+}
+
+fn workers_list(st: &State) -> Value {
+    let workers: Vec<Value> = st
+        .workers
+        .iter()
+        .map(|(id, w)| {
+            let count = st.functions.values().filter(|f| f.owner == *id).count();
+            json!({
+                "id": id.to_string(),
+                "name": w.name,
+                "namespace": w.namespace,
+                "runtime": w.metadata.get("runtime"),
+                "version": w.metadata.get("version"),
+                "os": w.metadata.get("os"),
+                "description": w.metadata.get("description"),
+                "function_count": count,
+                "active_invocations": st.pending.values().filter(|p| p.callee == *id).count(),
+                "connected_at_ms": w.connected_at_ms as u64,
+                "ip_address": Value::Null,
+                "isolation": w.metadata.get("isolation"),
+                "status": "available",
+            })
+        })
+        .collect();
+    json!({ "workers": workers })
+}

@@ -1,0 +1,49 @@
+//! Helpers shared by the conformance crate's integration tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use iii_sdk::{register_worker, IIIClient, InitOptions, WorkerIdentityMode};
+use iii_sdk::runtime::WorkerMetadata;
+
+/// Connects a Rust SDK client with an explicit, unique worker name: two
+/// clients in one process would otherwise share `host:pid` and the engine
+/// would reject the second one.
+pub async fn client(url: &str, name: &str) -> IIIClient {
+    let metadata = WorkerMetadata {
+        name: name.to_string(),
+        telemetry: None,
+        ..WorkerMetadata::default()
+    };
+    let c = register_worker(
+        url,
+        InitOptions {
+            metadata: Some(metadata),
+            identity: WorkerIdentityMode::Explicit,
+            ..InitOptions::default()
+        },
+    );
+    c.wait_until_registered(Duration::from_secs(10))
+        .await
+        .expect("client registers with the engine");
+    c
+}
+
+/// Polls `probe` until it returns true or `deadline` passes. Waiting on an
+/// observable condition, never on a fixed sleep.
+pub async fn wait_for<F, Fut>(deadline: Duration, mut probe: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if probe().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
