@@ -1,0 +1,150 @@
+//! The iii bus behind a small trait: call, publish, unpublish. Unit tests
+//! drive the manager with an in-memory fake; production uses the SDK.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::runtime::FunctionRef;
+use iii_sdk::{IIIClient, RegisterFunction};
+use serde_json::Value;
+
+use crate::error::WorkerError;
+
+/// A failed bus call, with the engine's or the callee's code kept.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct BusError {
+    pub code: String,
+    pub message: String,
+}
+
+impl BusError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> BusError {
+        BusError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<iii_sdk::Error> for BusError {
+    fn from(e: iii_sdk::Error) -> BusError {
+        match e {
+            iii_sdk::Error::Remote { code, message, .. } => BusError { code, message },
+            iii_sdk::Error::Timeout => BusError::new("TIMEOUT", "the bus call timed out"),
+            iii_sdk::Error::NotConnected => {
+                BusError::new("NOT_CONNECTED", "not connected to the iii engine")
+            }
+            other => BusError::new("SDK", other.to_string()),
+        }
+    }
+}
+
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, WorkerError>> + Send>>;
+/// A published function's body.
+pub type Handler = Arc<dyn Fn(Value) -> HandlerFuture + Send + Sync>;
+
+/// What a published function shows in `engine::functions::info`.
+#[derive(Debug, Clone, Default)]
+pub struct FunctionSpec {
+    pub id: String,
+    pub description: Option<String>,
+    pub request_format: Option<Value>,
+    pub response_format: Option<Value>,
+    pub metadata: Option<Value>,
+}
+
+/// The bus as the worker uses it.
+pub trait Bus: Send + Sync + 'static {
+    fn call<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>>;
+    fn publish(&self, spec: FunctionSpec, handler: Handler);
+    fn unpublish(&self, function_id: &str);
+}
+
+/// The bus over the iii SDK client.
+pub struct SdkBus {
+    client: IIIClient,
+    published: Mutex<HashMap<String, FunctionRef>>,
+}
+
+impl SdkBus {
+    pub fn new(client: IIIClient) -> SdkBus {
+        SdkBus {
+            client,
+            published: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn client(&self) -> &IIIClient {
+        &self.client
+    }
+}
+
+impl Bus for SdkBus {
+    fn call<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        Box::pin(async move {
+            self.client
+                .trigger(TriggerRequest {
+                    function_id: function_id.to_string(),
+                    payload,
+                    action: None,
+                    timeout_ms: Some(timeout.as_millis().min(u64::MAX as u128) as u64),
+                })
+                .await
+                .map_err(BusError::from)
+        })
+    }
+
+    fn publish(&self, spec: FunctionSpec, handler: Handler) {
+        let mut reg = RegisterFunction::new_async(move |input: Value| {
+            let handler = handler.clone();
+            async move { handler(input).await.map_err(WorkerError::into_sdk) }
+        });
+        if let Some(d) = spec.description {
+            reg = reg.description(d);
+        }
+        if let Some(r) = spec.request_format {
+            reg = reg.request_format(r);
+        }
+        if let Some(r) = spec.response_format {
+            reg = reg.response_format(r);
+        }
+        if let Some(m) = spec.metadata {
+            reg = reg.metadata(m);
+        }
+        let fref = self.client.register_function(spec.id.clone(), reg);
+        let previous = self
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(spec.id, fref);
+        if let Some(p) = previous {
+            drop(p);
+        }
+    }
+
+    fn unpublish(&self, function_id: &str) {
+        let fref = self
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(function_id);
+        if let Some(f) = fref {
+            f.unregister();
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The file configuration (`--config <yaml>`) and the clamping it implies.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Worker configuration. Unknown keys are refused at boot so that a typo
+/// never silently falls back to a default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Budget of a run or handler call that names none (or 0).
+    pub default_timeout_ms: u64,
+    /// Ceiling every budget is clamped to, the default's included.
+    pub max_timeout_ms: u64,
+    /// Passed to `sandbox::create` as `idle_timeout_secs`.
+    pub idle_ttl_secs: u64,
+    /// Per-stream cap on stdout/stderr returned to callers; 0 disables it.
+    pub max_stream_bytes: usize,
+    /// Budget of the one-time Python SDK install in a runtime; never charged
+    /// to a caller's `timeout_ms`.
+    pub sdk_install_timeout_ms: u64,
+    /// Stable identity of this worker's VMs across restarts (default: the
+    /// host name). At boot, VMs named for this owner but another process are
+    /// orphans and get stopped; give replicas on one host distinct owners.
+    pub vm_owner: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            default_timeout_ms: 5_000,
+            max_timeout_ms: 30_000,
+            idle_ttl_secs: 900,
+            max_stream_bytes: 16_384,
+            sdk_install_timeout_ms: 120_000,
+            vm_owner: None,
+        }
+    }
+}
+
+/// Why a configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Config {
+    /// Loads a YAML file; an empty file means all defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.display().to_string(),
+            message,
+        })
+    }
+
+    /// Parses YAML text, naming the offending key on error.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let config: Config = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+        if config.max_timeout_ms == 0 {
+            return Err("max_timeout_ms must be greater than 0".into());
+        }
+        Ok(config)
+    }
+
+    /// The budget a request gets: missing or 0 means the default, and the
+    /// result never exceeds the maximum — the default path included.
+    pub fn clamp_timeout(&self, requested: Option<u64>) -> u64 {
+        let wanted = match requested {
+            None | Some(0) => self.default_timeout_ms,
+            Some(ms) => ms,
+        };
+        wanted.min(self.max_timeout_ms).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(None, 5_000)]
+    #[case(Some(0), 5_000)]
+    #[case(Some(1_000), 1_000)]
+    #[case(Some(30_000), 30_000)]
+    #[case(Some(999_999), 30_000)]
+    fn timeouts_are_clamped(#[case] requested: Option<u64>, #[case] expected: u64) {
+        assert_eq!(Config::default().clamp_timeout(requested), expected);
+    }
+
+    #[test]
+    fn a_default_above_the_max_is_clamped_too() {
+        let c = Config {
+            default_timeout_ms: 60_000,
+            max_timeout_ms: 10_000,
+            ..Config::default()
+        };
+        assert_eq!(c.clamp_timeout(None), 10_000);
+        assert_eq!(c.clamp_timeout(Some(0)), 10_000);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let err = Config::parse("default_timeout_ms: 10\nmax_timout_ms: 5\n").unwrap_err();
+        assert!(err.contains("max_timout_ms"), "{err}");
+    }
+
+    #[test]
+    fn yaml_overrides_defaults() {
+        let c = Config::parse("idle_ttl_secs: 5\nmax_stream_bytes: 0\n").unwrap();
+        assert_eq!(c.idle_ttl_secs, 5);
+        assert_eq!(c.max_stream_bytes, 0);
+        assert_eq!(c.default_timeout_ms, 5_000);
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+}

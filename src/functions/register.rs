@@ -1,0 +1,43 @@
+//! `sandbox-code-runner::register_function`.
+
+use serde_json::Value;
+
+use crate::bus::FunctionSpec;
+use crate::error::WorkerError;
+use crate::ids::FunctionId;
+use crate::runtime::{Manager, MAX_DESCRIPTION_BYTES, MAX_SOURCE_BYTES};
+use crate::wire::{decode, schema_of, RegisterRequest, RegisterResponse};
+
+pub fn spec() -> FunctionSpec {
+    FunctionSpec {
+        id: super::REGISTER_FUNCTION.into(),
+        description: Some(
+            "Publish a bus function whose handler(payload) runs in an iii-sandbox microVM, a \
+             fresh interpreter per call. The namespace (before `::`) gets one persistent \
+             runtime per language; its functions stop resolving once it is torn down or reaped."
+                .into(),
+        ),
+        request_format: Some(schema_of::<RegisterRequest>()),
+        response_format: Some(schema_of::<RegisterResponse>()),
+        metadata: None,
+    }
+}
+
+pub async fn handle(m: &Manager, payload: Value) -> Result<RegisterResponse, WorkerError> {
+    let req: RegisterRequest = decode(payload)?;
+    let fid = FunctionId::parse(&req.function_id).map_err(|e| WorkerError::invalid("function_id", e))?;
+    if req.source.trim().is_empty() {
+        return Err(WorkerError::invalid("source", "must not be empty"));
+    }
+    if req.source.len() > MAX_SOURCE_BYTES {
+        return Err(WorkerError::invalid("source", "is larger than 1 MiB"));
+    }
+    if req.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
+        return Err(WorkerError::invalid("description", "is longer than 4096 bytes"));
+    }
+    m.register(fid, req.lang, &req.source, req.description).await?;
+    Ok(RegisterResponse {
+        function_id: req.function_id,
+        registered: true,
+    })
+}

@@ -1,0 +1,15 @@
+//! sandbox-code-runner: run Node.js and Python in iii-sandbox microVMs, as an
+//! iii worker. Every execution is delegated to `sandbox::*`; this crate only
+//! validates, keeps runtime records, and frames guest I/O.
+//!
+//! See ARCHITECTURE.md for the code map and the invariants.
+
+pub mod bus;
+pub mod config;
+pub mod error;
+pub mod functions;
+pub mod guest;
+pub mod ids;
+pub mod runtime;
+pub mod sandbox;
+pub mod wire;

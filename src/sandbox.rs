@@ -1,0 +1,293 @@
+//! The typed client of `sandbox::*`. It is the only code that names the
+//! daemon's functions or reads its `handler error: {json}` envelope; above it,
+//! failures are [`SandboxError`] values with the S-code kept.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::bus::{Bus, BusError};
+
+/// What the engine says when no worker serves `sandbox::*`.
+pub const INSTALL_HINT: &str =
+    "iii-sandbox is not installed or not connected; add it with `iii trigger compose::add worker=iii-sandbox`";
+
+/// Extra bus deadline beyond an exec's own budget, so the daemon's S200
+/// (with its S-code) arrives before our client-side timeout would.
+const EXEC_GRACE: Duration = Duration::from_secs(30);
+/// Deadline of the quick calls (create, stop, list, fs).
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A failed sandbox call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{INSTALL_HINT}")]
+    NotInstalled,
+    /// The daemon refused, with its S-code.
+    #[error("iii-sandbox {code}: {message}")]
+    Daemon {
+        code: String,
+        message: String,
+        retryable: bool,
+    },
+    /// The bus failed before the daemon answered (timeout, disconnect, a
+    /// payload the daemon's SDK refused).
+    #[error("bus error {0}")]
+    Bus(BusError),
+}
+
+impl SandboxError {
+    /// The daemon's S-code, if it answered with one.
+    pub fn s_code(&self) -> Option<&str> {
+        match self {
+            SandboxError::Daemon { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// Classifies a bus error from a `sandbox::*` call.
+    pub fn from_bus(e: BusError) -> SandboxError {
+        if e.code == "function_not_found" {
+            return SandboxError::NotInstalled;
+        }
+        if let Some(start) = e.message.find('{') {
+            if let Ok(Value::Object(body)) = serde_json::from_str::<Value>(&e.message[start..]) {
+                if let Some(code) = body.get("code").and_then(Value::as_str) {
+                    return SandboxError::Daemon {
+                        code: code.to_string(),
+                        message: body
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        retryable: body
+                            .get("retryable")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
+                    };
+                }
+            }
+        }
+        SandboxError::Bus(e)
+    }
+}
+
+/// Parameters of `sandbox::create` this worker uses.
+#[derive(Debug, Clone, Default)]
+pub struct CreateParams {
+    pub image: String,
+    pub name: String,
+    pub idle_timeout_secs: u64,
+    pub network: bool,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Parameters of `sandbox::exec`: always the `argv` form, so nothing is
+/// shell-split.
+#[derive(Debug, Clone, Default)]
+pub struct ExecParams {
+    pub argv: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub env: BTreeMap<String, String>,
+    pub timeout_ms: u64,
+    pub workdir: Option<String>,
+}
+
+/// A finished process. A non-zero exit is still this.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ExecOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+}
+
+/// One entry of `sandbox::list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedSandbox {
+    pub sandbox_id: String,
+    pub name: Option<String>,
+}
+
+/// What the worker spends on the daemon, for cost accounting.
+#[derive(Debug, Default)]
+pub struct Costs {
+    pub calls: AtomicU64,
+    pub bytes_planted: AtomicU64,
+}
+
+impl Costs {
+    pub fn snapshot(&self) -> (u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.bytes_planted.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The `sandbox::*` operations the worker uses.
+#[async_trait::async_trait]
+pub trait SandboxApi: Send + Sync + 'static {
+    async fn create(&self, p: CreateParams) -> Result<String, SandboxError>;
+    async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError>;
+    async fn stop(&self, sandbox_id: &str) -> Result<(), SandboxError>;
+    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError>;
+    async fn write_file(&self, sandbox_id: &str, path: &str, content: &str) -> Result<(), SandboxError>;
+    fn costs(&self) -> &Costs;
+}
+
+/// `sandbox::*` over the bus.
+pub struct BusSandbox {
+    bus: Arc<dyn Bus>,
+    costs: Costs,
+}
+
+impl BusSandbox {
+    pub fn new(bus: Arc<dyn Bus>) -> BusSandbox {
+        BusSandbox {
+            bus,
+            costs: Costs::default(),
+        }
+    }
+
+    async fn call(&self, id: &str, payload: Value, timeout: Duration) -> Result<Value, SandboxError> {
+        self.costs.calls.fetch_add(1, Ordering::Relaxed);
+        self.bus
+            .call(id, payload, timeout)
+            .await
+            .map_err(SandboxError::from_bus)
+    }
+}
+
+fn str_of(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+#[async_trait::async_trait]
+impl SandboxApi for BusSandbox {
+    async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
+        let out = self
+            .call(
+                "sandbox::create",
+                json!({
+                    "image": p.image,
+                    "name": p.name,
+                    "idle_timeout_secs": p.idle_timeout_secs,
+                    "network": p.network,
+                    "env": p.env,
+                }),
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+        let id = str_of(&out, "sandbox_id");
+        if id.is_empty() {
+            return Err(SandboxError::Bus(BusError::new(
+                "BAD_RESPONSE",
+                "sandbox::create answered without a sandbox_id",
+            )));
+        }
+        Ok(id)
+    }
+
+    async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        let mut payload = json!({
+            "sandbox_id": sandbox_id,
+            "argv": p.argv,
+            "timeout_ms": p.timeout_ms,
+        });
+        if let Some(stdin) = &p.stdin {
+            payload["stdin"] = Value::String(base64::engine::general_purpose::STANDARD.encode(stdin));
+        }
+        if !p.env.is_empty() {
+            payload["env"] = json!(p.env);
+        }
+        if let Some(w) = &p.workdir {
+            payload["workdir"] = json!(w);
+        }
+        let deadline = Duration::from_millis(p.timeout_ms) + EXEC_GRACE;
+        let out = self.call("sandbox::exec", payload, deadline).await?;
+        Ok(ExecOutput {
+            stdout: str_of(&out, "stdout"),
+            stderr: str_of(&out, "stderr"),
+            exit_code: out
+                .get("exit_code")
+                .and_then(Value::as_i64)
+                .map(|c| c.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            duration_ms: out.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+
+    async fn stop(&self, sandbox_id: &str) -> Result<(), SandboxError> {
+        self.call("sandbox::stop", json!({ "sandbox_id": sandbox_id }), CONTROL_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+
+    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
+        let out = self.call("sandbox::list", json!({}), CONTROL_TIMEOUT).await?;
+        Ok(out
+            .get("sandboxes")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|s| ListedSandbox {
+                        sandbox_id: str_of(s, "sandbox_id"),
+                        name: s.get("name").and_then(Value::as_str).map(str::to_string),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn write_file(&self, sandbox_id: &str, path: &str, content: &str) -> Result<(), SandboxError> {
+        self.costs
+            .bytes_planted
+            .fetch_add(content.len() as u64, Ordering::Relaxed);
+        self.call(
+            "sandbox::fs::write",
+            json!({
+                "sandbox_id": sandbox_id,
+                "path": path,
+                "content": content,
+                "parents": true,
+            }),
+            CONTROL_TIMEOUT,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    fn costs(&self) -> &Costs {
+        &self.costs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_envelope_is_parsed_into_its_s_code() {
+        let e = BusError::new(
+            "invocation_failed",
+            r#"handler error: {"code":"S002","docs_url":"x#S002","fix":null,"fix_note":"the sandbox is gone; call sandbox::create first","message":"sandbox not found: 6c1f","retryable":false,"type":"validation"}"#,
+        );
+        let s = SandboxError::from_bus(e);
+        assert_eq!(s.s_code(), Some("S002"));
+        assert!(matches!(s, SandboxError::Daemon { ref message, retryable: false, .. } if message == "sandbox not found: 6c1f"));
+    }
+
+    #[test]
+    fn missing_daemon_and_other_bus_errors_are_told_apart() {
+        let nf = BusError::new("function_not_found", "Function sandbox::create not found in namespace default.");
+        assert_eq!(SandboxError::from_bus(nf), SandboxError::NotInstalled);
+        let ser = BusError::new("invocation_failed", "serialization error: missing field `image`");
+        assert!(matches!(SandboxError::from_bus(ser), SandboxError::Bus(_)));
+        let junk = BusError::new("invocation_failed", "handler error: {not json");
+        assert!(matches!(SandboxError::from_bus(junk), SandboxError::Bus(_)));
+    }
+}

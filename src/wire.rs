@@ -1,0 +1,170 @@
+//! Request and response types of the three functions, with the JSON Schemas
+//! registered on the bus. Field names, types and optionality follow the
+//! published code-runner schemas (without code-runner's additions), so a
+//! caller can switch between the two workers.
+
+use schemars::{schema_for, JsonSchema};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::WorkerError;
+use crate::ids::Lang;
+
+/// Input of `sandbox-code-runner::run`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(title = "RunRequest")]
+pub struct RunRequest {
+    /// Source to run: an ES module (node; top-level await works) or a script
+    /// run as `__main__` (python). A global `iii` is in scope.
+    pub code: String,
+    /// Without `runtime_id`: `true` keeps the VM and returns its `runtime_id`;
+    /// `false` (default) destroys it before answering.
+    #[serde(default)]
+    pub keep: bool,
+    /// Required without `runtime_id`; with one, omit it or repeat the
+    /// runtime's own language.
+    #[serde(default)]
+    pub lang: Option<Lang>,
+    /// Run in this kept runtime: same filesystem, fresh process.
+    #[serde(default)]
+    pub runtime_id: Option<String>,
+    /// Wall-clock budget in ms; missing or 0 means the configured default,
+    /// and every value is clamped to the configured maximum.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Output of `sandbox-code-runner::run`. A failing script is still this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "RunResponse")]
+pub struct RunResponse {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i64,
+    pub success: bool,
+    pub duration_ms: u64,
+    /// Present only when the run addresses a runtime that outlives the call
+    /// (a successful `keep: true` run, or an echoed `runtime_id`). A secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_id: Option<String>,
+}
+
+/// Input of `sandbox-code-runner::register_function`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(title = "RegisterRequest")]
+pub struct RegisterRequest {
+    /// `<namespace>::<name>`; the namespace holds one runtime per language.
+    pub function_id: String,
+    /// Language of the handler and of its namespace runtime.
+    pub lang: Lang,
+    /// Defines `handler(payload)`: `export function handler(payload)` (node)
+    /// or `def handler(payload):` (python).
+    pub source: String,
+    /// Shown by `engine::functions::info`.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// Output of `sandbox-code-runner::register_function`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "RegisterResponse")]
+pub struct RegisterResponse {
+    pub function_id: String,
+    pub registered: bool,
+}
+
+/// Input of `sandbox-code-runner::teardown`: exactly one of the two fields.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(title = "TeardownRequest")]
+pub struct TeardownRequest {
+    #[serde(default)]
+    pub runtime_id: Option<String>,
+    /// `app` or `app::`.
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// Output of `sandbox-code-runner::teardown`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "TeardownResponse")]
+pub struct TeardownResponse {
+    /// Echoed when the teardown was addressed by runtime id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_id: Option<String>,
+    /// Echoed in canonical `app::` form when addressed by namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub torn_down: bool,
+    /// Bus function ids this teardown unregistered.
+    pub unregistered: Vec<String>,
+}
+
+/// The registered schema of a type.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Decodes a request at the edge; a bad payload becomes `invalid_request`
+/// naming the offending field.
+pub fn decode<T: DeserializeOwned>(payload: Value) -> Result<T, WorkerError> {
+    let mut payload = payload;
+    if let Value::Object(map) = &mut payload {
+        // The engine's bookkeeping, not the caller's input.
+        map.remove("_caller_worker_id");
+    } else {
+        return Err(WorkerError::InvalidRequest(
+            "the payload must be a JSON object".into(),
+        ));
+    }
+    serde_path_to_error::deserialize(payload).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            WorkerError::InvalidRequest(inner)
+        } else {
+            WorkerError::invalid(&path, inner)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let e = decode::<RunRequest>(json!({"code": 5})).unwrap_err();
+        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`code`")), "{e}");
+        let e = decode::<RunRequest>(json!({"code": "x", "lang": "ruby"})).unwrap_err();
+        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`lang`")), "{e}");
+        let e = decode::<RunRequest>(json!({})).unwrap_err();
+        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("code")), "{e}");
+        let e = decode::<RunRequest>(json!("code")).unwrap_err();
+        assert!(matches!(e, WorkerError::InvalidRequest(_)));
+    }
+
+    #[test]
+    fn unknown_fields_and_caller_id_are_ignored() {
+        let r: RunRequest = decode(json!({
+            "code": "x", "lang": "node", "network": true, "_caller_worker_id": "w"
+        }))
+        .unwrap();
+        assert_eq!(r.lang, Some(Lang::Node));
+        assert!(!r.keep);
+    }
+
+    #[test]
+    fn runtime_id_is_absent_not_null() {
+        let r = RunResponse {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: 0,
+            success: true,
+            duration_ms: 1,
+            runtime_id: None,
+        };
+        assert!(serde_json::to_value(&r).unwrap().get("runtime_id").is_none());
+    }
+}
