@@ -1,0 +1,585 @@
+//! The runtime manager over in-memory fakes of the sandbox client and the
+//! bus: every branch of the error mapping, keep/reuse/one-shot, expiry,
+//! serialization, registration and teardown.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rstest::rstest;
+use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler};
+use sandbox_code_runner::config::Config;
+use sandbox_code_runner::error::{ErrorCode, WorkerError};
+use sandbox_code_runner::functions;
+use sandbox_code_runner::runtime::{Manager, VmNaming};
+use sandbox_code_runner::sandbox::{
+    Costs, CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
+};
+use serde_json::{json, Value};
+
+type ExecFn = dyn Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync;
+
+/// A scripted `sandbox::*`.
+struct FakeSandbox {
+    log: Mutex<Vec<String>>,
+    live: Mutex<HashMap<String, Option<String>>>,
+    next: AtomicUsize,
+    create_error: Mutex<Option<SandboxError>>,
+    exec: Mutex<Arc<ExecFn>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    costs: Costs,
+}
+
+fn ok_out(stdout: &str, code: i32) -> ExecOutput {
+    ExecOutput {
+        stdout: stdout.into(),
+        stderr: String::new(),
+        exit_code: Some(code),
+        duration_ms: 3,
+    }
+}
+
+/// Answers handler execs with a genuine frame carrying `value`.
+fn frame_for(p: &ExecParams, kind: &str, body: &Value) -> ExecOutput {
+    let stdin: Value = serde_json::from_slice(p.stdin.as_deref().unwrap_or_default()).unwrap_or(Value::Null);
+    let secret = stdin["secret"].as_str().unwrap_or("").to_string();
+    ok_out(&format!("print from handler\n\u{1e}SCR1 {secret} {kind} {body}\n"), 0)
+}
+
+fn is_invoke(p: &ExecParams) -> bool {
+    p.env.get("SCR_WORKER_NAME").is_some_and(|n| n != "sandbox-code-runner:run")
+}
+
+impl FakeSandbox {
+    fn new() -> Arc<FakeSandbox> {
+        Arc::new(FakeSandbox {
+            log: Mutex::new(Vec::new()),
+            live: Mutex::new(HashMap::new()),
+            next: AtomicUsize::new(1),
+            create_error: Mutex::new(None),
+            exec: Mutex::new(Arc::new(|p: &ExecParams| {
+                if is_invoke(p) {
+                    Ok(frame_for(p, "ok", &json!({"doubled": 42})))
+                } else {
+                    Ok(ok_out("4\n", 0))
+                }
+            })),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            costs: Costs::default(),
+        })
+    }
+
+    fn on_exec(&self, f: impl Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync + 'static) {
+        *self.exec.lock().unwrap() = Arc::new(f);
+    }
+
+    fn ops(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn live(&self) -> usize {
+        self.live.lock().unwrap().len()
+    }
+
+    fn reap_all(&self) {
+        self.live.lock().unwrap().clear();
+    }
+
+    fn check_live(&self, id: &str) -> Result<(), SandboxError> {
+        if self.live.lock().unwrap().contains_key(id) {
+            Ok(())
+        } else {
+            Err(daemon("S002", &format!("sandbox not found: {id}")))
+        }
+    }
+}
+
+fn daemon(code: &str, message: &str) -> SandboxError {
+    SandboxError::Daemon {
+        code: code.into(),
+        message: message.into(),
+        retryable: false,
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxApi for FakeSandbox {
+    async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
+        self.log.lock().unwrap().push(format!("create {}", p.image));
+        if let Some(e) = self.create_error.lock().unwrap().clone() {
+            return Err(e);
+        }
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let id = format!("00000000-0000-4000-8000-{n:012}");
+        self.live.lock().unwrap().insert(id.clone(), Some(p.name));
+        Ok(id)
+    }
+
+    async fn exec(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        self.log.lock().unwrap().push("exec".into());
+        self.check_live(id)?;
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let f = self.exec.lock().unwrap().clone();
+        f(&p)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
+        self.log.lock().unwrap().push("stop".into());
+        self.check_live(id)?;
+        self.live.lock().unwrap().remove(id);
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
+        self.log.lock().unwrap().push("list".into());
+        Ok(self
+            .live
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| ListedSandbox {
+                sandbox_id: k.clone(),
+                name: v.clone(),
+            })
+            .collect())
+    }
+
+    async fn write_file(&self, id: &str, path: &str, _content: &str) -> Result<(), SandboxError> {
+        self.log.lock().unwrap().push(format!("write {path}"));
+        self.check_live(id)
+    }
+
+    fn costs(&self) -> &Costs {
+        &self.costs
+    }
+}
+
+/// A bus that records publications and answers `engine::functions::info`.
+#[derive(Default)]
+struct FakeBus {
+    published: Mutex<HashMap<String, Handler>>,
+    taken: Mutex<HashSet<String>>,
+}
+
+impl Bus for FakeBus {
+    fn call<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        _timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        Box::pin(async move {
+            assert_eq!(function_id, "engine::functions::info");
+            let id = payload["function_id"].as_str().unwrap_or_default().to_string();
+            let known = self.taken.lock().unwrap().contains(&id)
+                || self.published.lock().unwrap().contains_key(&id);
+            if known {
+                Ok(json!({"function_id": id}))
+            } else {
+                Err(BusError::new("NOT_FOUND", format!("Function '{id}' is not registered.")))
+            }
+        })
+    }
+
+    fn publish(&self, spec: FunctionSpec, handler: Handler) {
+        self.published.lock().unwrap().insert(spec.id, handler);
+    }
+
+    fn unpublish(&self, function_id: &str) {
+        self.published.lock().unwrap().remove(function_id);
+    }
+}
+
+impl FakeBus {
+    fn ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.published.lock().unwrap().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    async fn call_published(&self, id: &str, payload: Value) -> Result<Value, WorkerError> {
+        let h = self.published.lock().unwrap().get(id).cloned().expect("published");
+        h(payload).await
+    }
+}
+
+struct World {
+    sandbox: Arc<FakeSandbox>,
+    bus: Arc<FakeBus>,
+    manager: Arc<Manager>,
+}
+
+fn world() -> World {
+    let sandbox = FakeSandbox::new();
+    let bus = Arc::new(FakeBus::default());
+    let manager = Manager::new(
+        sandbox.clone(),
+        bus.clone(),
+        Config::default(),
+        VmNaming::new("test-owner"),
+        "ws://127.0.0.1:49134".into(),
+    );
+    World { sandbox, bus, manager }
+}
+
+async fn run(w: &World, payload: Value) -> Result<Value, WorkerError> {
+    functions::run::handle(&w.manager, payload)
+        .await
+        .map(|r| serde_json::to_value(r).unwrap())
+}
+
+fn code_of(r: &Result<Value, WorkerError>) -> Option<ErrorCode> {
+    r.as_ref().err().map(WorkerError::code)
+}
+
+#[tokio::test]
+async fn one_shot_costs_create_exec_stop_and_returns_no_runtime_id() {
+    let w = world();
+    let out = run(&w, json!({"lang": "python", "code": "print(2+2)"})).await.unwrap();
+    assert_eq!(out["stdout"], "4\n");
+    assert_eq!(out["success"], true);
+    assert!(out.get("runtime_id").is_none());
+    assert_eq!(w.sandbox.ops(), vec!["create python", "exec", "stop"]);
+    assert_eq!(w.sandbox.live(), 0);
+}
+
+#[tokio::test]
+async fn code_naming_iii_gets_the_sdk_first() {
+    let w = world();
+    run(&w, json!({"lang": "node", "code": "await iii.trigger({})"})).await.unwrap();
+    assert_eq!(
+        w.sandbox.ops(),
+        vec!["create node", "write /node_modules/iii-sdk/dist/index.mjs", "exec", "stop"]
+    );
+}
+
+#[tokio::test]
+async fn keep_returns_an_id_and_reuse_echoes_it() {
+    let w = world();
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("rt-"));
+    assert!(!id.contains("00000000-0000-4000"), "runtime id is not derived from the sandbox id");
+    assert_eq!(w.sandbox.live(), 1);
+    let again = run(&w, json!({"runtime_id": id, "code": "y"})).await.unwrap();
+    assert_eq!(again["runtime_id"], id.as_str());
+    assert_eq!(w.sandbox.ops(), vec!["create python", "exec", "exec"]);
+}
+
+#[rstest]
+#[case::nonzero_exit(Ok(ok_out("", 1)), None)]
+#[case::timeout(Err(daemon("S200", "exec timed out after 5 ms")), Some(ErrorCode::Timeout))]
+#[tokio::test]
+async fn a_failed_keep_run_leaves_no_vm(
+    #[case] outcome: Result<ExecOutput, SandboxError>,
+    #[case] error: Option<ErrorCode>,
+) {
+    let w = world();
+    w.sandbox.on_exec(move |_| outcome.clone());
+    let r = run(&w, json!({"lang": "node", "code": "x", "keep": true})).await;
+    assert_eq!(code_of(&r), error);
+    if let Ok(v) = &r {
+        assert!(v.get("runtime_id").is_none());
+        assert_eq!(v["success"], false);
+    }
+    assert_eq!(w.sandbox.live(), 0);
+    assert_eq!(w.manager.runtime_count(), 0);
+}
+
+#[rstest]
+#[case::timeout(daemon("S200", "exec timed out"), ErrorCode::Timeout)]
+#[case::capacity(daemon("S400", "resource limit exceeded"), ErrorCode::Capacity)]
+#[case::image(daemon("S100", "image 'x' not in catalog"), ErrorCode::Engine)]
+#[case::boot(daemon("S300", "VM boot failed"), ErrorCode::Engine)]
+#[case::pull(daemon("S102", "pull failed"), ErrorCode::Engine)]
+#[case::not_installed(SandboxError::NotInstalled, ErrorCode::Engine)]
+#[case::bus(SandboxError::Bus(BusError::new("TIMEOUT", "x")), ErrorCode::Engine)]
+#[tokio::test]
+async fn daemon_failures_map_to_worker_codes(#[case] e: SandboxError, #[case] code: ErrorCode) {
+    let w = world();
+    *w.sandbox.create_error.lock().unwrap() = Some(e.clone());
+    let r = run(&w, json!({"lang": "python", "code": "x"})).await;
+    assert_eq!(code_of(&r), Some(code));
+    let (_, message) = r.unwrap_err().to_wire();
+    if let Some(s) = e.s_code() {
+        if code == ErrorCode::Engine {
+            assert!(message.contains(s), "the S-code is kept: {message}");
+        }
+    }
+    if matches!(e, SandboxError::NotInstalled) {
+        assert!(message.contains("compose::add worker=iii-sandbox"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn exec_errors_on_one_shot_stop_the_vm_and_hide_sandbox_ids() {
+    let w = world();
+    w.sandbox.on_exec(|_| Err(daemon("S300", "vm 00000000-0000-4000-8000-000000000001 died")));
+    let r = run(&w, json!({"lang": "python", "code": "x"})).await;
+    let (_, message) = r.unwrap_err().to_wire();
+    assert!(!message.contains("00000000-0000-4000-8000"), "{message}");
+    assert_eq!(w.sandbox.live(), 0);
+}
+
+#[rstest]
+#[case::no_lang(json!({"code": "x"}), "lang")]
+#[case::empty_code(json!({"lang": "node", "code": ""}), "code")]
+#[case::big_code(json!({"lang": "node", "code": "x".repeat((1 << 20) + 1)}), "code")]
+#[case::bad_lang(json!({"lang": "ruby", "code": "x"}), "lang")]
+#[case::bad_type(json!({"lang": "node", "code": "x", "keep": "yes"}), "keep")]
+#[tokio::test]
+async fn bad_run_input_names_the_field(#[case] payload: Value, #[case] field: &str) {
+    let w = world();
+    let r = run(&w, payload).await;
+    match r {
+        Err(WorkerError::InvalidRequest(m)) => assert!(m.contains(field), "{m}"),
+        other => panic!("expected invalid_request, got {other:?}"),
+    }
+    assert!(w.sandbox.ops().is_empty());
+}
+
+#[tokio::test]
+async fn reuse_errors_unknown_mismatch_and_expiry() {
+    let w = world();
+    let r = run(&w, json!({"runtime_id": "rt-nope", "code": "x"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
+
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let r = run(&w, json!({"runtime_id": id, "lang": "node", "code": "x"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
+
+    w.sandbox.reap_all();
+    let r = run(&w, json!({"runtime_id": id, "code": "x"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::Expired));
+    let r = run(&w, json!({"runtime_id": id, "code": "x"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound), "the id is forgotten after expiry");
+}
+
+#[tokio::test]
+async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
+    let w = world();
+    let a = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let b = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let (a, b) = (a["runtime_id"].clone(), b["runtime_id"].clone());
+    w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
+    let same: Vec<_> = (0..4).map(|_| run(&w, json!({"runtime_id": a, "code": "x"}))).collect();
+    for r in futures_util::future::join_all(same).await {
+        r.unwrap();
+    }
+    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), 1, "one exec at a time per runtime");
+    w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
+    let (ra, rb) = tokio::join!(
+        run(&w, json!({"runtime_id": a, "code": "x"})),
+        run(&w, json!({"runtime_id": b, "code": "x"}))
+    );
+    ra.unwrap();
+    rb.unwrap();
+    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), 2, "different runtimes overlap");
+}
+
+async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
+    functions::register::handle(&w.manager, payload)
+        .await
+        .map(|r| serde_json::to_value(r).unwrap())
+}
+
+async fn teardown(w: &World, payload: Value) -> Result<Value, WorkerError> {
+    functions::teardown::handle(&w.manager, payload)
+        .await
+        .map(|r| serde_json::to_value(r).unwrap())
+}
+
+const DOUBLE: &str = "def handler(payload):\n    return {'doubled': payload['n'] * 2}\n";
+
+#[tokio::test]
+async fn register_publishes_and_calls_return_the_handler_value() {
+    let w = world();
+    let out = register(&w, json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE})).await.unwrap();
+    assert_eq!(out, json!({"function_id": "my-app::double", "registered": true}));
+    assert_eq!(w.bus.ids(), vec!["my-app::double"]);
+    let seen = Arc::new(Mutex::new(Value::Null));
+    let seen2 = seen.clone();
+    w.sandbox.on_exec(move |p| {
+        let stdin: Value = serde_json::from_slice(p.stdin.as_deref().unwrap()).unwrap();
+        *seen2.lock().unwrap() = stdin["payload"].clone();
+        Ok(frame_for(p, "ok", &json!({"doubled": 42})))
+    });
+    let v = w.bus.call_published("my-app::double", json!({"n": 21, "_caller_worker_id": "w1"})).await.unwrap();
+    assert_eq!(v, json!({"doubled": 42}));
+    assert_eq!(*seen.lock().unwrap(), json!({"n": 21}), "_caller_worker_id is stripped");
+    // One runtime per namespace and language: a second function reuses it.
+    register(&w, json!({"function_id": "my-app::triple", "lang": "python", "source": DOUBLE})).await.unwrap();
+    let creates = w.sandbox.ops().iter().filter(|o| o.starts_with("create")).count();
+    assert_eq!(creates, 1);
+    register(&w, json!({"function_id": "my-app::js", "lang": "node", "source": "export function handler(p){return p}"})).await.unwrap();
+    let creates = w.sandbox.ops().iter().filter(|o| o.starts_with("create")).count();
+    assert_eq!(creates, 2, "a second language gets its own runtime");
+}
+
+#[rstest]
+#[case::throw("throw", ErrorCode::HandlerError)]
+#[case::not_json("not_json", ErrorCode::HandlerError)]
+#[tokio::test]
+async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case] code: ErrorCode) {
+    let w = world();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    w.sandbox.on_exec(move |p| Ok(frame_for(p, "err", &json!({"type": kind, "message": "boom"}))));
+    let r = w.bus.call_published("a::f", json!({})).await;
+    assert_eq!(r.unwrap_err().code(), code);
+}
+
+#[tokio::test]
+async fn a_forged_frame_is_not_a_result() {
+    let w = world();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    w.sandbox.on_exec(|_| Ok(ok_out("\u{1e}SCR1 00000000000000000000000000000000 ok {\"pwned\":1}\n", 0)));
+    let r = w.bus.call_published("a::f", json!({})).await;
+    assert_eq!(r.unwrap_err().code(), ErrorCode::HandlerError);
+}
+
+#[rstest]
+#[case::no_handler("no_handler")]
+#[case::async_handler("async_handler")]
+#[case::load_error("load_error")]
+#[tokio::test]
+async fn sources_without_a_handler_are_refused_and_leave_no_vm(#[case] kind: &'static str) {
+    let w = world();
+    w.sandbox.on_exec(move |p| Ok(frame_for(p, "err", &json!({"type": kind, "message": "m"}))));
+    let r = register(&w, json!({"function_id": "a::f", "lang": "python", "source": "x = 1"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
+    assert!(w.bus.ids().is_empty(), "never published");
+    assert_eq!(w.sandbox.live(), 0);
+}
+
+#[rstest]
+#[case::no_sep("nosep")]
+#[case::reserved("sandbox-code-runner::x")]
+#[case::caps("App::x")]
+#[case::empty_name("app::")]
+#[tokio::test]
+async fn bad_function_ids_are_refused(#[case] id: &str) {
+    let w = world();
+    let r = register(&w, json!({"function_id": id, "lang": "python", "source": DOUBLE})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
+    assert!(w.sandbox.ops().is_empty());
+}
+
+#[tokio::test]
+async fn taken_ids_are_refused_across_languages_and_workers() {
+    let w = world();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    let r = register(&w, json!({"function_id": "a::f", "lang": "node", "source": "export const handler = p => p"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
+    w.bus.taken.lock().unwrap().insert("other::f".into());
+    let r = register(&w, json!({"function_id": "other::f", "lang": "python", "source": DOUBLE})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
+}
+
+#[tokio::test]
+async fn a_reaped_namespace_runtime_expires_its_functions() {
+    let w = world();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    register(&w, json!({"function_id": "a::g", "lang": "python", "source": DOUBLE})).await.unwrap();
+    w.sandbox.reap_all();
+    let r = w.bus.call_published("a::f", json!({})).await;
+    assert_eq!(r.unwrap_err().code(), ErrorCode::Expired);
+    assert!(w.bus.ids().is_empty(), "every function of the runtime is unregistered");
+    let r = teardown(&w, json!({"namespace": "a"})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
+    // The next registration boots a fresh runtime.
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    assert_eq!(w.sandbox.live(), 1);
+}
+
+#[tokio::test]
+async fn teardown_by_runtime_and_by_namespace() {
+    let w = world();
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let t = teardown(&w, json!({"runtime_id": id})).await.unwrap();
+    assert_eq!(t, json!({"runtime_id": id, "torn_down": true, "unregistered": []}));
+    let r = teardown(&w, json!({"runtime_id": id})).await;
+    assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
+
+    register(&w, json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE})).await.unwrap();
+    register(&w, json!({"function_id": "my-app::js", "lang": "node", "source": "export const handler = p => p"})).await.unwrap();
+    let t = teardown(&w, json!({"namespace": "my-app"})).await.unwrap();
+    assert_eq!(
+        t,
+        json!({"namespace": "my-app::", "torn_down": true, "unregistered": ["my-app::double", "my-app::js"]})
+    );
+    assert_eq!(w.sandbox.live(), 0);
+    assert!(w.bus.ids().is_empty());
+}
+
+#[rstest]
+#[case::both(json!({"runtime_id": "rt-x", "namespace": "a"}))]
+#[case::neither(json!({}))]
+#[case::bad_ns(json!({"namespace": "A B"}))]
+#[tokio::test]
+async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value) {
+    let w = world();
+    let r = teardown(&w, payload).await;
+    match r {
+        Err(WorkerError::InvalidRequest(m)) => assert!(m.contains("runtime_id") || m.contains("namespace"), "{m}"),
+        other => panic!("expected invalid_request, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
+    let w = world();
+    run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    assert_eq!(w.sandbox.live(), 2);
+    // A successor process of the same owner sees both as orphans.
+    let successor = Manager::new(
+        w.sandbox.clone(),
+        w.bus.clone(),
+        Config::default(),
+        VmNaming::new("test-owner"),
+        "ws://127.0.0.1:49134".into(),
+    );
+    let other_owner = Manager::new(
+        w.sandbox.clone(),
+        w.bus.clone(),
+        Config::default(),
+        VmNaming::new("someone-else"),
+        "ws://127.0.0.1:49134".into(),
+    );
+    assert_eq!(other_owner.sweep_orphans().await.unwrap(), 0);
+    assert_eq!(successor.sweep_orphans().await.unwrap(), 2);
+    assert_eq!(w.sandbox.live(), 0);
+
+    let w = world();
+    run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    w.manager.shutdown().await;
+    assert_eq!(w.sandbox.live(), 0);
+    assert!(w.bus.ids().is_empty());
+}
+
+#[tokio::test]
+async fn timeouts_are_clamped_on_the_way_to_the_daemon() {
+    let w = world();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    w.sandbox.on_exec(move |p| {
+        seen2.lock().unwrap().push(p.timeout_ms);
+        Ok(ok_out("", 0))
+    });
+    for t in [json!(null), json!(0), json!(1000), json!(10_000_000)] {
+        run(&w, json!({"lang": "python", "code": "x", "timeout_ms": t})).await.unwrap();
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![5_000, 5_000, 1_000, 30_000]);
+}
