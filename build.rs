@@ -1,1 +1,182 @@
-fn main() {}
+//! Bundles the npm `iii-sdk` (pinned in guest/node/sdk/) into one ES module,
+//! `$OUT_DIR/iii-sdk.mjs`, which the worker embeds with `include_str!` and
+//! plants in node runtimes at /node_modules/iii-sdk/dist/index.mjs.
+//!
+//! npm and esbuild run only when the pinned inputs change: the bundle is cached
+//! under `<target>/guest-npm/<key>/`, keyed by a hash of package.json,
+//! package-lock.json and the esbuild recipe below. A build with no npm at all
+//! can point `SCR_III_SDK_BUNDLE` at a prebuilt bundle.
+
+use std::collections::hash_map::DefaultHasher;
+use std::env;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const SDK_DIR: &str = "guest/node/sdk";
+const ENTRY: &str = "node_modules/iii-sdk/dist/index.mjs";
+/// The bundled `ws` calls `require` for Node built-ins, which an ES module
+/// lacks, so the banner defines one. It also gives the bundle its own
+/// `console` writing to stderr with `debug` muted: the SDK's `[iii] …` and
+/// `[OTel] …` chatter then never reaches a guest's stdout, while the user's
+/// own global console is left untouched.
+const BANNER: &str = concat!(
+    r#"import{createRequire as __scrCreateRequire}from"node:module";"#,
+    r#"import{Console as __scrConsole}from"node:console";"#,
+    r#"const require=__scrCreateRequire(import.meta.url);"#,
+    r#"const console=new __scrConsole({stdout:process.stderr,stderr:process.stderr});"#,
+    r#"console.debug=()=>{};"#,
+);
+const ESBUILD_ARGS: &[&str] = &[
+    "--bundle",
+    "--platform=node",
+    "--format=esm",
+    "--minify",
+    // Errors users see (InvocationError…) keep their class names.
+    "--keep-names",
+    // Node prints the whole source line of an uncaught error's origin; without
+    // a limit, one minified line is most of the bundle.
+    "--line-limit=160",
+    "--log-level=warning",
+];
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
+    let out = out_dir.join("iii-sdk.mjs");
+    let sdk = manifest.join(SDK_DIR);
+    for f in ["package.json", "package-lock.json"] {
+        println!("cargo:rerun-if-changed={SDK_DIR}/{f}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=SCR_III_SDK_BUNDLE");
+
+    if let Some(prebuilt) = env::var_os("SCR_III_SDK_BUNDLE") {
+        let prebuilt = PathBuf::from(prebuilt);
+        println!("cargo:rerun-if-changed={}", prebuilt.display());
+        copy(&prebuilt, &out);
+        return;
+    }
+
+    let package_json = read(&sdk.join("package.json"));
+    let lock = read(&sdk.join("package-lock.json"));
+    let mut h = DefaultHasher::new();
+    (&package_json, &lock, BANNER, ESBUILD_ARGS).hash(&mut h);
+    let cache_root = target_dir(&out_dir).join("guest-npm");
+    let cached = cache_root
+        .join(format!("{:016x}", h.finish()))
+        .join("iii-sdk.mjs");
+    if !cached.is_file() {
+        build_bundle(&cache_root, &package_json, &lock, &cached);
+    }
+    copy(&cached, &out);
+}
+
+/// `npm ci` + esbuild in a private work dir, then an atomic rename into the
+/// cache, so concurrent builds sharing a target dir never see half a bundle.
+fn build_bundle(cache_root: &Path, package_json: &[u8], lock: &[u8], cached: &Path) {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let work = cache_root.join(format!("work-{}-{nanos}", std::process::id()));
+    fs::create_dir_all(&work)
+        .unwrap_or_else(|e| panic!("build.rs: cannot create {}: {e}", work.display()));
+    let _cleanup = RemoveOnDrop(work.clone()); // also on a panic below
+    fs::write(work.join("package.json"), package_json).unwrap();
+    fs::write(work.join("package-lock.json"), lock).unwrap();
+
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    // --ignore-scripts: nothing here needs an install script (esbuild finds its
+    // platform binary through its optional dependency).
+    run(
+        Command::new(npm)
+            .args([
+                "ci",
+                "--no-audit",
+                "--no-fund",
+                "--ignore-scripts",
+                "--loglevel=error",
+            ])
+            .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
+            .current_dir(&work),
+        "npm ci",
+    );
+    let bundle = work.join("iii-sdk.mjs");
+    run(
+        Command::new(work.join("node_modules/.bin/esbuild"))
+            .arg(ENTRY)
+            .args(ESBUILD_ARGS)
+            .arg(format!("--banner:js={BANNER}"))
+            .arg(format!("--outfile={}", bundle.display()))
+            .current_dir(&work),
+        "esbuild",
+    );
+    let text = fs::read_to_string(&bundle).unwrap_or_default();
+    assert!(
+        text.contains("registerWorker"),
+        "build.rs: esbuild produced no usable iii-sdk bundle at {}",
+        bundle.display()
+    );
+    // Bundles of older inputs are dead weight; keep only this one.
+    for entry in fs::read_dir(cache_root).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with("work-") {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+    fs::create_dir_all(cached.parent().unwrap()).unwrap();
+    fs::rename(&bundle, cached).unwrap_or_else(|e| {
+        panic!(
+            "build.rs: cannot move the bundle into {}: {e}",
+            cached.display()
+        )
+    });
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("build.rs: {what} failed ({s}) while bundling the guest iii-sdk; see the output above"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "build.rs: `{}` not found: bundling the guest iii-sdk needs Node.js and npm on PATH \
+             (e.g. `apt-get install nodejs npm`), or SCR_III_SDK_BUNDLE=<path to a prebuilt iii-sdk.mjs>",
+            cmd.get_program().to_string_lossy()
+        ),
+        Err(e) => panic!("build.rs: cannot run {what}: {e}"),
+    }
+}
+
+/// Cargo marks its target dir with CACHEDIR.TAG; sharing the cache there lets
+/// every profile and a fresh OUT_DIR reuse one npm run.
+fn target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|p| p.join("CACHEDIR.TAG").is_file())
+        .unwrap_or(out_dir)
+        .to_path_buf()
+}
+
+fn read(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap_or_else(|e| panic!("build.rs: cannot read {}: {e}", p.display()))
+}
+
+fn copy(from: &Path, to: &Path) {
+    fs::copy(from, to).unwrap_or_else(|e| {
+        panic!(
+            "build.rs: cannot copy {} to {}: {e}",
+            from.display(),
+            to.display()
+        )
+    });
+}

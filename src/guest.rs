@@ -18,15 +18,15 @@ pub const NODE_RUN: &str = include_str!("../guest/node/run.mjs");
 pub const NODE_INVOKE: &str = include_str!("../guest/node/invoke.mjs");
 pub const PYTHON_RUN: &str = include_str!("../guest/python/run.py");
 pub const PYTHON_INVOKE: &str = include_str!("../guest/python/invoke.py");
+/// The one-time Python SDK install (staged, then renamed into place).
+pub const PYTHON_INSTALL_SDK: &str = include_str!("../guest/python/install_sdk.py");
 /// npm `iii-sdk`, bundled into one ES module by build.rs.
-pub const NODE_SDK_BUNDLE: &str = ""; // TEMP
+pub const NODE_SDK_BUNDLE: &str = include_str!(concat!(env!("OUT_DIR"), "/iii-sdk.mjs"));
 
 /// Where the node bundle is planted; the wrapper adds its package.json.
 pub const NODE_SDK_PATH: &str = "/node_modules/iii-sdk/dist/index.mjs";
 /// Where the Python SDK is pip-installed, once per runtime.
 pub const PYTHON_SDK_DIR: &str = "/tmp/.iii-py";
-/// The PyPI SDK release guests get.
-pub const PYTHON_SDK_REQUIREMENT: &str = "iii-sdk==0.25.0";
 /// Working directory of every exec.
 pub const WORKDIR: &str = "/tmp";
 /// Where registered handler sources live inside a namespace runtime.
@@ -120,23 +120,10 @@ pub fn invoke_exec(
     }
 }
 
-/// The one-time Python SDK install, run as its own exec.
+/// The one-time Python SDK install, run as its own exec with its own budget.
 pub fn python_sdk_install(timeout_ms: u64) -> ExecParams {
-    let argv = [
-        "python3",
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-cache-dir",
-        "--no-warn-script-location",
-        "--target",
-        PYTHON_SDK_DIR,
-        PYTHON_SDK_REQUIREMENT,
-    ];
     ExecParams {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
+        argv: interpreter(Lang::Python, PYTHON_INSTALL_SDK),
         stdin: None,
         env: BTreeMap::new(),
         timeout_ms,

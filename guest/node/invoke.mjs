@@ -1,0 +1,309 @@
+// sandbox-code-runner: node HANDLER wrapper (one call of a registered
+// function, or registration-time validation).
+// argv: node --input-type=module -e <this file>   (cwd /tmp)
+// stdin: {"secret":"<32 hex>","mode":"call"|"check","module":"/tmp/.scr/fn/<name>.mjs","payload":<any>}
+// env: III_URL, SCR_WORKER_NAME.
+// stdout carries exactly one line, written last:
+//   \x1eSCR1 <secret> ok <json>\n   or   \x1eSCR1 <secret> err {"type","message","stack"?}\n
+// Everything the handler prints goes to stderr. The handler never sees the
+// secret, so whatever it prints cannot pass for the result frame.
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { builtinModules, createRequire } from 'node:module';
+import { inspect } from 'node:util';
+import { pathToFileURL } from 'node:url';
+
+// ---- BEGIN shared (identical in run.mjs and invoke.mjs; guest/tests checks) ----
+// `node -e` defines every builtin module as a global (fs, path, module, …);
+// remove those so user code sees the globals of a plain `node main.mjs`.
+function dropEvalGlobals(builtins) {
+  for (const name of builtins) {
+    if (['process', 'crypto', 'console'].includes(name)) continue;
+    const d = Object.getOwnPropertyDescriptor(globalThis, name);
+    if (d && d.configurable && d.get) delete globalThis[name];
+  }
+}
+
+// Installs globalThis.iii: a facade over the npm iii-sdk client that creates
+// the client (and so connects) only on first real use. Introspection never
+// connects. Returns an async closer the wrapper awaits once the code is done.
+function installIii(sourceText, defaultName) {
+  // Where the worker plants the bundle; overridable for tests on a host.
+  const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
+  const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
+  const SURFACE = ['trigger', 'registerFunction', 'registerTrigger',
+    'registerTriggerType', 'unregisterTriggerType', 'shutdown'];
+  // Two guests must never share a worker name: the engine closes the second.
+  const workerName = `${process.env.SCR_WORKER_NAME || defaultName}:${randomBytes(3).toString('hex')}`;
+  const HINT = [
+    'iii: the iii-sdk client (npm iii-sdk 0.22.1), connected lazily on first use',
+    "  const r = await iii.trigger({ function_id: 'engine::functions::list', payload: {} })",
+    "  iii.registerFunction('ns::fn', async (payload) => ({ ok: true }))  // lives only while this process runs",
+    `  methods: ${SURFACE.join(', ')}`,
+  ].join('\n');
+  let sdk = null;
+  let loadError = null;
+  let client = null;
+
+  // The SDK reads ../package.json relative to itself; the worker plants only
+  // the bundle, so supply a package.json whose exports point at it.
+  function ensurePackageJson() {
+    const pj = `${SDK_DIR}/package.json`;
+    if (fs.existsSync(pj) || !fs.existsSync(SDK_FILE)) return;
+    try {
+      fs.writeFileSync(pj, JSON.stringify({
+        name: 'iii-sdk', version: '0.22.1', type: 'module',
+        main: './dist/index.mjs', exports: { '.': './dist/index.mjs' },
+      }));
+    } catch { /* read-only: the import below reports the problem */ }
+  }
+
+  // Importing the bundle costs ~100 ms, so it is done ahead only when the
+  // source names `iii`; that also lets iii.* calls below be synchronous.
+  const ready = /\biii\b/.test(sourceText) && fs.existsSync(SDK_FILE)
+    ? (ensurePackageJson(), import(pathToFileURL(SDK_FILE).href).then((m) => { sdk = m; }, (e) => { loadError = e; }))
+    : Promise.resolve();
+
+  function getClient() {
+    if (client) return client;
+    if (!sdk && !loadError && fs.existsSync(SDK_FILE)) {
+      // Reached through code the regex did not see (e.g. an imported file):
+      // load synchronously via require(esm) where this Node supports it.
+      try { ensurePackageJson(); sdk = createRequire(SDK_FILE)(SDK_FILE); } catch (e) { loadError = e; }
+    }
+    if (!sdk) {
+      throw new Error(`iii-sdk is not available in this runtime (${SDK_FILE} ${
+        loadError ? `failed to load: ${loadError.message}` : 'is missing'}); the iii global cannot connect`);
+    }
+    client = sdk.registerWorker(process.env.III_URL || 'ws://127.0.0.1:49134', {
+      workerName,
+      otel: { enabled: false },
+      enableMetricsReporting: false,
+    });
+    return client;
+  }
+
+  const target = {};
+  for (const name of SURFACE) {
+    target[name] = (...args) => (name === 'shutdown' && !client ? Promise.resolve() : getClient()[name](...args));
+  }
+  const describe = () => (client ? `iii: iii-sdk client, worker ${workerName}\n  methods: ${SURFACE.join(', ')}` : HINT);
+  Object.defineProperties(target, {
+    [inspect.custom]: { value: describe },
+    [Symbol.toPrimitive]: { value: describe },
+    toString: { value: describe },
+    toJSON: { value: describe },
+  });
+  // Known names come from the facade; anything else is forwarded to the real
+  // client (a real use). `then` stays undefined so `await iii` is harmless.
+  const facade = new Proxy(target, {
+    get(t, prop) {
+      if (prop in t) return t[prop];
+      if (typeof prop === 'symbol' || prop === 'then') return undefined;
+      const c = getClient();
+      const v = c[prop];
+      return typeof v === 'function' ? v.bind(c) : v;
+    },
+  });
+  Object.defineProperty(globalThis, 'iii', { value: facade, writable: true, configurable: true });
+
+  // Waits for triggers still in flight (as plain node would keep running for
+  // them), then shuts the client down within `ms`. Resolves false if the
+  // shutdown did not finish in time.
+  async function close(ms) {
+    if (!client) return true;
+    while (client.invocations instanceof Map && client.invocations.size > 0) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    let timer;
+    const timeout = new Promise((r) => { timer = setTimeout(() => r(false), ms); });
+    const done = Promise.resolve().then(() => client.shutdown()).then(() => true, () => true);
+    const ok = await Promise.race([done, timeout]);
+    clearTimeout(timer);
+    return ok;
+  }
+  return { ready, close };
+}
+// ---- END shared ----
+
+const MAX_TEXT = 16 * 1024; // cap on an error's message/stack in the frame
+
+async function readStdin() {
+  const chunks = [];
+  for await (const c of process.stdin) chunks.push(c);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+// Built before any user code runs, from references the handler cannot
+// replace afterwards; the secret lives only in this closure.
+function frameWriter(secret) {
+  const writeSync = fs.writeSync.bind(fs);
+  const toBuffer = Buffer.from.bind(Buffer);
+  const stringify = JSON.stringify;
+  let sent = false;
+  return {
+    get sent() { return sent; },
+    send(kind, json) {
+      if (sent) return;
+      sent = true;
+      const buf = toBuffer(`\x1eSCR1 ${secret} ${kind} ${kind === 'ok' ? json : stringify(json)}\n`);
+      for (let off = 0; off < buf.length;) {
+        try {
+          off += writeSync(1, buf, off, buf.length - off);
+        } catch (e) {
+          if (e.code !== 'EAGAIN') throw e;
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+        }
+      }
+    },
+  };
+}
+
+function clip(s) {
+  s = String(s);
+  return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}…[truncated]` : s;
+}
+
+// Stack frames of this wrapper (an eval'd module) are noise to the caller.
+function userStack(stack) {
+  return stack.split('\n').filter((l) => !/^\s+at .*\[eval\d*\]/.test(l)).join('\n');
+}
+
+function errorBody(type, e) {
+  if (e instanceof Error) {
+    const stack = typeof e.stack === 'string' ? { stack: clip(userStack(e.stack)) } : {};
+    return { type, message: clip(`${e.name}: ${e.message}`), ...stack };
+  }
+  return { type, message: clip(`non-Error value thrown: ${inspect(e, { depth: 2 })}`) };
+}
+
+// A handler is the named export `handler`, or a default export that is a
+// function or an object with a `handler` method.
+function pickHandler(mod) {
+  if (typeof mod.handler === 'function') return mod.handler;
+  const d = mod.default;
+  if (typeof d === 'function') return d;
+  if (d && typeof d.handler === 'function') return d.handler.bind(d);
+  return null;
+}
+
+// Imports a sibling copy of `file` with `suffix` appended (so relative
+// imports still resolve), then removes the copy.
+async function importVariant(file, source, ext, suffix, load) {
+  const copy = path.join(path.dirname(file), `.${path.basename(file)}.${randomBytes(4).toString('hex')}${ext}`);
+  fs.writeFileSync(copy, source + suffix, { mode: 0o600 });
+  try { return await load(copy); } finally { fs.rmSync(copy, { force: true }); }
+}
+
+async function loadHandler(file, source) {
+  let mod;
+  try {
+    mod = await import(pathToFileURL(file).href);
+  } catch (e) {
+    // Lenient: a CommonJS handler (module.exports / exports.handler) fails as
+    // an ES module with a ReferenceError; load it as CommonJS instead.
+    if (!(e instanceof ReferenceError && /\b(module|exports|require) is not defined\b/.test(e.message))) {
+      return { error: errorBody('load_error', e) };
+    }
+    try {
+      mod = await importVariant(file, source, '.cjs', '', (p) => createRequire(p)(p));
+    } catch (e2) {
+      return { error: errorBody('load_error', e2) };
+    }
+  }
+  let handler = pickHandler(mod);
+  // Lenient: a top-level `function handler` / `const handler =` that was
+  // never exported. Re-import a copy that exports it (top-level code runs again).
+  if (!handler && /^(?:async\s+)?function\s*\*?\s*handler\s*\(|^(?:const|let|var)\s+handler\s*=/m.test(source)) {
+    try {
+      handler = pickHandler(await importVariant(file, source, '.mjs', '\nexport { handler };\n', (p) => import(pathToFileURL(p).href)));
+    } catch { /* fall through to no_handler */ }
+  }
+  if (!handler) {
+    return { error: { type: 'no_handler', message: 'the module exports no handler: export a function `handler(payload)` (sync or async), or a default function' } };
+  }
+  return { handler };
+}
+
+async function main() {
+  dropEvalGlobals(builtinModules);
+  let req;
+  try {
+    req = JSON.parse(await readStdin());
+  } catch (e) {
+    process.stderr.write(`sandbox-code-runner invoke wrapper: stdin is not the expected JSON request: ${e.message}\n`);
+    process.exit(2);
+  }
+  if (typeof req?.secret !== 'string' || !/^[0-9a-f]{32}$/.test(req.secret) || typeof req.module !== 'string') {
+    process.stderr.write('sandbox-code-runner invoke wrapper: request lacks a valid secret or module\n');
+    process.exit(2);
+  }
+  const frame = frameWriter(req.secret);
+  const { mode, module: file, payload } = req;
+  req = undefined;
+
+  // Everything but the frame goes to stderr: swapping the process.stdout
+  // getter also moves console.*, and fd 1 is never opened as a stream (which
+  // would make it non-blocking under our writeSync).
+  Object.defineProperty(process, 'stdout', { configurable: true, enumerable: true, get: () => process.stderr });
+
+  // A handler that calls process.exit, or whose promise can never settle,
+  // still answers with a frame, and the wrapper still exits 0.
+  let exitCalled = null;
+  const realExit = process.exit;
+  process.exit = function exit(code) {
+    if (exitCalled === null) exitCalled = code ?? process.exitCode ?? 0;
+    return realExit.call(process, code);
+  };
+  process.on('exit', () => {
+    if (!frame.sent) {
+      frame.send('err', {
+        type: 'throw',
+        message: exitCalled !== null
+          ? `the handler called process.exit(${exitCalled}) before returning a value`
+          : "the handler's promise never settled (nothing was left running that could settle it)",
+      });
+    }
+    process.exitCode = 0;
+  });
+
+  let source = '';
+  try { source = fs.readFileSync(file, 'utf8'); } catch (e) {
+    frame.send('err', errorBody('load_error', e));
+    process.exit(0);
+  }
+  const iiiGlobal = installIii(source, 'sandbox-code-runner:fn');
+  await iiiGlobal.ready;
+
+  let result;
+  const loaded = await loadHandler(file, source);
+  if (loaded.error) {
+    result = ['err', loaded.error];
+  } else if (mode === 'check') {
+    result = ['ok', 'null'];
+  } else {
+    try {
+      const handler = loaded.handler; // called bare: `this` is not the wrapper's object
+      const value = await handler(payload);
+      let json;
+      try { json = JSON.stringify(value); } catch (e) {
+        json = e;
+      }
+      if (typeof json === 'string') {
+        result = ['ok', json];
+      } else {
+        const what = json instanceof Error ? json.message
+          : value === undefined ? 'undefined (return null for "no value")' : `a ${typeof value}`;
+        result = ['err', { type: 'not_json', message: clip(`the handler returned a value that is not JSON-serializable: ${what}`) }];
+      }
+    } catch (e) {
+      result = ['err', errorBody('throw', e)];
+    }
+  }
+  await iiiGlobal.close(2000);
+  frame.send(...result);
+  process.exit(0);
+}
+
+await main();
