@@ -232,6 +232,26 @@ struct ErrorBody<'a> {
     message: &'a str,
 }
 
+/// A callee's `invocationresult` as relayed to the caller. The engine decodes
+/// the callee's frame and writes a fresh one, so the caller sees the engine's
+/// field order (`type`, `invocation_id`, `function_id`, then `result` or
+/// `error`), whatever order the callee's SDK used; the values themselves,
+/// a handler's error body included, pass through unchanged.
+#[derive(Serialize)]
+struct RelayedResultFrame<'a> {
+    r#type: &'static str,
+    invocation_id: &'a str,
+    function_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baggage: Option<&'a Value>,
+}
+
 #[derive(Serialize)]
 struct ForwardFrame<'a> {
     r#type: &'static str,
@@ -441,8 +461,18 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
                 }
             }
             if let Some(p) = st.pending.remove(inv) {
-                // Passed through unchanged: the handler's error body included.
-                send(&st, p.caller, encode(&msg));
+                // Passed through unchanged, the handler's error body included,
+                // in the engine's field order.
+                let frame = encode(&RelayedResultFrame {
+                    r#type: "invocationresult",
+                    invocation_id: inv,
+                    function_id: &p.function_id,
+                    result: msg.get("result"),
+                    error: msg.get("error"),
+                    traceparent: msg.get("traceparent"),
+                    baggage: msg.get("baggage"),
+                });
+                send(&st, p.caller, frame);
             }
         }
         "registertriggertype" => {

@@ -1,0 +1,90 @@
+//! Command-line entry points: `serve` (the hermetic bench) and `trigger`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::bench::{Bench, BenchOptions};
+use crate::sandbox_double::SandboxArgs;
+
+/// Conformance suite and hermetic bench for code-runner-compatible workers.
+#[derive(Parser, Debug)]
+#[command(name = "code-runner-conformance", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start the stand-in engine and the iii-sandbox double; print the engine
+    /// URL on stdout once both are ready; run until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Trigger a function the way `iii trigger` does: `k=v` pairs or `--json`.
+    Trigger(crate::trigger::TriggerArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Engine port on 127.0.0.1; 0 picks a free one.
+    #[arg(long, default_value_t = 49134)]
+    pub port: u16,
+    /// Connect the daemon double to this (real) engine instead of starting
+    /// the stand-in.
+    #[arg(long)]
+    pub engine: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// Logs go to stderr; stdout carries only what a command promises to print.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub async fn dispatch(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Trigger(args) => crate::trigger::run(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    let options = BenchOptions {
+        port: args.port,
+        engine: args.engine,
+        limits: args.sandbox.limits(),
+    };
+    let bench = match Bench::start(options).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", bench.url());
+    wait_for_signal().await;
+    tracing::info!("stopping: every sandbox this bench started is stopped");
+    bench.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

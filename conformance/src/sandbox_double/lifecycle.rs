@@ -1,0 +1,280 @@
+//! Sandbox lifecycle calls: `sandbox::create`, `sandbox::stop`,
+//! `sandbox::list`, `sandbox::catalog::list`, and the state they share.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::error::SandboxError;
+use super::exec::{parse_kv, EnvShape};
+use super::isolation::{Isolation, Scratch};
+use super::limits::SandboxLimits;
+use super::registry::{capacity_error, Entry, Registry, StopClaim, Summary};
+
+/// Catalog presets: name, OCI ref. The double runs them on the host's
+/// `/usr/bin/node` and `/usr/bin/python3` (Debian's, with pip).
+pub const PRESETS: [(&str, &str); 2] = [
+    ("python", "docker.io/iiidev/python:latest"),
+    ("node", "docker.io/iiidev/node:latest"),
+];
+
+/// Everything the handlers share.
+pub struct Daemon {
+    pub registry: Arc<Registry>,
+    pub isolation: Isolation,
+    pub limits: SandboxLimits,
+}
+
+impl Daemon {
+    /// The sandbox table, isolation layer and limits of one double.
+    pub fn new(isolation: Isolation, limits: SandboxLimits) -> Daemon {
+        Daemon {
+            registry: Arc::new(Registry::new(limits.max_concurrent_exec_per_sandbox)),
+            isolation,
+            limits,
+        }
+    }
+
+    /// The SIGTERM→SIGKILL grace of every stop.
+    pub fn stop_grace(&self) -> Duration {
+        Duration::from_millis(self.limits.stop_grace_ms)
+    }
+
+    /// How long past its idle timeout a busy sandbox is protected: one
+    /// clamped exec deadline plus slack, as on the daemon.
+    pub fn busy_grace(&self) -> Duration {
+        Duration::from_millis(self.limits.max_exec_timeout_ms) + Duration::from_secs(60)
+    }
+}
+
+/// Parses a `sandbox_id`, S001 when it is not a UUID.
+pub fn parse_id(raw: &str) -> Result<Uuid, SandboxError> {
+    Uuid::parse_str(raw).map_err(|_| {
+        SandboxError::InvalidRequest(format!("sandbox_id is not a valid UUID: {raw}"))
+    })
+}
+
+/// Waits until the modelled guest boot is over.
+pub async fn wait_for_boot(ready_at: Instant) {
+    let now = Instant::now();
+    if ready_at > now {
+        tokio::time::sleep(ready_at - now).await;
+    }
+}
+
+/// Rewrites loopback URLs the way the daemon does for `network:true`
+/// sandboxes (to the guest's gateway). Here the guest shares the host's
+/// network, so the gateway *is* 127.0.0.1: `localhost` becomes `127.0.0.1`
+/// and `127.0.0.1` stays. Only a scheme plus an explicit port is touched.
+pub fn rewrite_loopback(kv: &str, gateway: &str) -> String {
+    kv.replace("://localhost:", &format!("://{gateway}:"))
+        .replace("://127.0.0.1:", &format!("://{gateway}:"))
+}
+
+/// The address guests reach the host's loopback at.
+const GATEWAY: &str = "127.0.0.1";
+
+/// `sandbox::create` request. Unknown fields are ignored.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct CreateRequest {
+    /// Catalog name: `python` or `node` (never an OCI ref).
+    pub image: String,
+    /// vCPUs (accepted, not enforced by the double).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Memory in MiB (accepted, not enforced by the double).
+    #[serde(default)]
+    pub memory_mb: Option<u32>,
+    /// Label shown by `sandbox::list`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Outbound network (default false); loopback URLs in `env` are
+    /// rewritten when true.
+    #[serde(default)]
+    pub network: Option<bool>,
+    /// Idle seconds before the reaper stops it.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Environment of every exec: `["K=V"]` or `{"K":"V"}`.
+    #[serde(default)]
+    pub env: EnvShape,
+}
+
+/// `sandbox::create` response.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct CreateResponse {
+    pub sandbox_id: String,
+    pub image: String,
+}
+
+/// Handles `sandbox::create`, checking in the daemon's order: capacity
+/// (S400), image (S100), env names (S001).
+pub async fn handle_create(
+    d: &Daemon,
+    req: CreateRequest,
+) -> Result<CreateResponse, SandboxError> {
+    let capacity = d.limits.max_concurrent_sandboxes;
+    if d.registry.count() >= capacity {
+        return Err(capacity_error(capacity));
+    }
+    if !PRESETS.iter().any(|(name, _)| *name == req.image) {
+        return Err(SandboxError::ImageNotInCatalog(req.image));
+    }
+    let mut env = req.env.into_kv_vec()?;
+    if req.network == Some(true) {
+        env = env.iter().map(|kv| rewrite_loopback(kv, GATEWAY)).collect();
+    }
+    let id = Uuid::new_v4();
+    let layout = d.isolation.layout().clone();
+    let scratch = tokio::task::spawn_blocking(move || Scratch::create(&layout, id))
+        .await
+        .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?
+        .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?;
+    let entry = Entry::new(
+        req.name,
+        req.image.clone(),
+        req.idle_timeout_secs
+            .unwrap_or(d.limits.default_idle_timeout_secs),
+        Duration::from_millis(d.limits.boot_delay_ms),
+        scratch,
+        parse_kv(&env),
+    );
+    if let Err((err, entry)) = d.registry.insert(id, entry, capacity) {
+        let _ = entry.scratch.remove();
+        return Err(err);
+    }
+    Ok(CreateResponse {
+        sandbox_id: id.to_string(),
+        image: req.image,
+    })
+}
+
+/// `sandbox::stop` request; `wait` is accepted and ignored, as on the daemon.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct StopRequest {
+    /// UUID returned by `sandbox::create`.
+    pub sandbox_id: String,
+    /// Ignored.
+    #[serde(default)]
+    pub wait: bool,
+}
+
+/// `sandbox::stop` response.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct StopResponse {
+    pub sandbox_id: String,
+    pub stopped: bool,
+}
+
+/// Handles `sandbox::stop`: S001 bad id, S002 unknown; a sandbox already
+/// being stopped answers `stopped:true` at once.
+pub async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, SandboxError> {
+    let id = parse_id(&req.sandbox_id)?;
+    if let StopClaim::Claimed(work) = d.registry.begin_stop(id)? {
+        d.registry.finish_stop(work, d.stop_grace()).await;
+    }
+    Ok(StopResponse {
+        sandbox_id: id.to_string(),
+        stopped: true,
+    })
+}
+
+/// `sandbox::list` request (no fields; anything sent is ignored).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct ListRequest {}
+
+/// `sandbox::list` response.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListResponse {
+    pub sandboxes: Vec<Summary>,
+}
+
+/// Handles `sandbox::list`. Never fails; does not reset idle clocks.
+pub fn handle_list(d: &Daemon) -> ListResponse {
+    ListResponse {
+        sandboxes: d.registry.summaries(),
+    }
+}
+
+/// `sandbox::catalog::list` request (no fields).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct CatalogListRequest {}
+
+/// Whether an image is bundled or operator-registered.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CatalogKind {
+    Preset,
+    Custom,
+}
+
+/// One catalog row.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct CatalogEntry {
+    pub name: String,
+    pub oci_ref: String,
+    pub kind: CatalogKind,
+}
+
+/// `sandbox::catalog::list` response.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CatalogListResponse {
+    pub images: Vec<CatalogEntry>,
+}
+
+/// Handles `sandbox::catalog::list`: the two presets.
+pub fn handle_catalog() -> CatalogListResponse {
+    CatalogListResponse {
+        images: PRESETS
+            .iter()
+            .map(|(name, oci)| CatalogEntry {
+                name: name.to_string(),
+                oci_ref: oci.to_string(),
+                kind: CatalogKind::Preset,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("U=ws://localhost:49134", "U=ws://127.0.0.1:49134")]
+    #[case("U=http://127.0.0.1:8080/x", "U=http://127.0.0.1:8080/x")]
+    #[case("U=http://localhost/", "U=http://localhost/")]
+    #[case("U=localhost:80", "U=localhost:80")]
+    fn loopback_rewrite(#[case] input: &str, #[case] want: &str) {
+        assert_eq!(rewrite_loopback(input, GATEWAY), want);
+    }
+
+    #[test]
+    fn loopback_rewrite_targets_the_gateway() {
+        assert_eq!(
+            rewrite_loopback("U=ws://localhost:1,V=ws://127.0.0.1:2", "10.0.0.1"),
+            "U=ws://10.0.0.1:1,V=ws://10.0.0.1:2"
+        );
+    }
+
+    #[test]
+    fn bad_uuid_message() {
+        let err = parse_id("nope").expect_err("S001");
+        assert_eq!(
+            err.to_string(),
+            "invalid request: sandbox_id is not a valid UUID: nope"
+        );
+    }
+
+    #[test]
+    fn catalog_has_both_presets() {
+        let c = handle_catalog();
+        let names: Vec<&str> = c.images.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["python", "node"]);
+        assert!(c.images.iter().all(|i| i.kind == CatalogKind::Preset));
+    }
+}

@@ -1,0 +1,366 @@
+//! A double of the iii-sandbox daemon: an ordinary iii worker named
+//! `iii-sandbox` serving the `sandbox::*` functions the way the real daemon
+//! does (see `shared/spec/sandbox-contract.md`), with Linux namespaces in
+//! place of microVMs.
+//!
+//! - `limits`: operator limits and their `--sandbox-*` flags.
+//! - `error`: the S-code envelope.
+//! - `registry`: the sandbox table, idle clock, stop sequence and reaper.
+//! - `isolation`: namespaced process spawning on per-sandbox scratch roots.
+//! - `guest_path`: what a path means inside a sandbox.
+//! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
+
+pub mod error;
+pub mod exec;
+pub mod fs_ops;
+pub mod guest_path;
+pub mod isolation;
+pub mod lifecycle;
+pub mod limits;
+pub mod registry;
+pub mod run;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::runtime::{FunctionRef, WorkerMetadata};
+use iii_sdk::{register_worker, IIIClient, InitOptions, RegisterFunction, WorkerIdentityMode};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use limits::{SandboxArgs, SandboxLimits};
+
+use error::SandboxError;
+use isolation::Isolation;
+use lifecycle::Daemon;
+
+/// The worker name the real daemon registers under.
+pub const WORKER_NAME: &str = "iii-sandbox";
+
+/// Every function the double serves.
+pub const FUNCTIONS: [&str; 9] = [
+    "sandbox::create",
+    "sandbox::exec",
+    "sandbox::stop",
+    "sandbox::list",
+    "sandbox::run",
+    "sandbox::catalog::list",
+    "sandbox::fs::write",
+    "sandbox::fs::read",
+    "sandbox::fs::mkdir",
+];
+
+/// How long `start` waits for the engine to accept the worker and show its
+/// functions.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the double could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxDoubleError {
+    /// Namespaces do not work here; the double refuses to run rather than
+    /// share host paths between sandboxes.
+    #[error("{0}")]
+    IsolationUnavailable(String),
+    #[error("cannot start the sandbox double's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot register `{WORKER_NAME}` with the engine at {url}: {reason}")]
+    Connect { url: String, reason: String },
+}
+
+/// A running daemon double.
+pub struct SandboxDouble {
+    daemon: Arc<Daemon>,
+    client: IIIClient,
+    functions: Vec<FunctionRef>,
+    reaper: tokio::task::JoinHandle<()>,
+    /// The double's own runtime: handlers run here, not on the SDK's
+    /// single-threaded connection runtime, and regardless of the caller's.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl SandboxDouble {
+    /// Connects as an ordinary iii worker named `iii-sandbox` to
+    /// `engine_url` and registers the `sandbox::*` functions. Fails if
+    /// namespace isolation is unavailable on this host.
+    pub async fn start(
+        engine_url: &str,
+        limits: SandboxLimits,
+    ) -> Result<SandboxDouble, SandboxDoubleError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("iii-sandbox-double")
+            .enable_all()
+            .build()
+            .map_err(SandboxDoubleError::Runtime)?;
+
+        let isolation = Isolation::new().map_err(SandboxDoubleError::IsolationUnavailable)?;
+        let probe = runtime.spawn(async move {
+            let r = isolation.probe().await;
+            (isolation, r)
+        });
+        let (isolation, probed) = probe
+            .await
+            .map_err(|e| SandboxDoubleError::IsolationUnavailable(e.to_string()))?;
+        if let Err(reason) = probed {
+            runtime.shutdown_background();
+            return Err(SandboxDoubleError::IsolationUnavailable(reason));
+        }
+
+        let daemon = Arc::new(Daemon::new(isolation, limits));
+        let client = register_worker(
+            engine_url,
+            InitOptions {
+                metadata: Some(WorkerMetadata {
+                    name: WORKER_NAME.to_string(),
+                    description: Some(
+                        "iii-sandbox double: sandbox::* over Linux namespaces".to_string(),
+                    ),
+                    telemetry: None,
+                    ..WorkerMetadata::default()
+                }),
+                identity: WorkerIdentityMode::Explicit,
+                ..InitOptions::default()
+            },
+        );
+        let functions = register_all(&client, &daemon, runtime.handle());
+
+        let reaper = runtime.spawn(registry::run_reaper(
+            daemon.registry.clone(),
+            Duration::from_millis(daemon.limits.reaper_interval_ms),
+            daemon.busy_grace(),
+            daemon.stop_grace(),
+        ));
+
+        let double = SandboxDouble {
+            daemon,
+            client,
+            functions,
+            reaper,
+            runtime: Some(runtime),
+        };
+        if let Err(reason) = double.wait_ready().await {
+            let url = engine_url.to_string();
+            double.shutdown().await;
+            return Err(SandboxDoubleError::Connect { url, reason });
+        }
+        Ok(double)
+    }
+
+    /// Waits until the engine has accepted the worker and lists every
+    /// function, so callers can use them as soon as `start` returns.
+    async fn wait_ready(&self) -> Result<(), String> {
+        self.client
+            .wait_until_registered(READY_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string())?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let listed = self
+                .client
+                .trigger(TriggerRequest {
+                    function_id: "engine::functions::list".to_string(),
+                    payload: serde_json::json!({ "prefix": "sandbox::" }),
+                    action: None,
+                    timeout_ms: Some(2_000),
+                })
+                .await;
+            let Ok(listed) = listed else {
+                // An engine without the listing builtin: registration is
+                // all we can wait for.
+                return Ok(());
+            };
+            let ids: Vec<&str> = listed["functions"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|f| f["function_id"].as_str()).collect())
+                .unwrap_or_default();
+            if FUNCTIONS.iter().all(|f| ids.contains(f)) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err("the engine never listed the sandbox::* functions".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops every sandbox (kills all processes, removes scratch dirs) and
+    /// disconnects.
+    pub async fn shutdown(mut self) {
+        for f in &self.functions {
+            f.unregister();
+        }
+        self.reaper.abort();
+        let daemon = self.daemon.clone();
+        if let Some(rt) = self.runtime.as_ref() {
+            let stopping = rt.spawn(async move {
+                let grace = daemon.stop_grace();
+                let all = daemon.registry.claim_all();
+                let stops = all
+                    .into_iter()
+                    .map(|work| {
+                        let d = daemon.clone();
+                        tokio::spawn(async move { d.registry.finish_stop(work, grace).await })
+                    })
+                    .collect::<Vec<_>>();
+                for s in stops {
+                    let _ = s.await;
+                }
+            });
+            let _ = stopping.await;
+        }
+        self.client.shutdown_async().await;
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Ids and names of live sandboxes.
+    pub fn live(&self) -> Vec<(String, Option<String>)> {
+        self.daemon.registry.live()
+    }
+}
+
+impl Drop for SandboxDouble {
+    /// Without `shutdown`: kill whatever still runs and delete the scratch
+    /// directories, synchronously and without the stop grace.
+    fn drop(&mut self) {
+        let Some(rt) = self.runtime.take() else {
+            return;
+        };
+        self.reaper.abort();
+        for work in self.daemon.registry.claim_all() {
+            work.kill_now();
+        }
+        // `shutdown_async` never actually suspends: polling it once runs it.
+        let _ = futures_util::FutureExt::now_or_never(self.client.shutdown_async());
+        rt.shutdown_background();
+    }
+}
+
+/// Registers one typed handler, run on the double's runtime. A payload that
+/// does not deserialize fails in the SDK (`serialization error: …`) before
+/// the handler runs, as on the daemon.
+fn register<Req, Resp, F, Fut>(
+    client: &IIIClient,
+    rt: &tokio::runtime::Handle,
+    daemon: &Arc<Daemon>,
+    id: &str,
+    description: &str,
+    handler: F,
+) -> FunctionRef
+where
+    Req: DeserializeOwned + JsonSchema + Send + 'static,
+    Resp: Serialize + JsonSchema + Send + 'static,
+    F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
+    Fut: Future<Output = Result<Resp, SandboxError>> + Send + 'static,
+{
+    let rt = rt.clone();
+    let daemon = daemon.clone();
+    let name = id.to_string();
+    client.register_function(
+        id,
+        RegisterFunction::new_async(move |req: Req| {
+            let task = rt.spawn(handler(daemon.clone(), req));
+            let name = name.clone();
+            async move {
+                match task.await {
+                    Ok(Ok(resp)) => Ok(resp),
+                    Ok(Err(e)) => {
+                        tracing::debug!(function = %name, error = %e, "sandbox call failed");
+                        Err(iii_sdk::Error::from(e))
+                    }
+                    Err(e) => Err(iii_sdk::Error::from(SandboxError::BootFailed(format!(
+                        "handler task: {e}"
+                    )))),
+                }
+            }
+        })
+        .description(description),
+    )
+}
+
+fn register_all(
+    client: &IIIClient,
+    daemon: &Arc<Daemon>,
+    rt: &tokio::runtime::Handle,
+) -> Vec<FunctionRef> {
+    vec![
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::create",
+            "Create a sandbox from a catalog image (`python` or `node`); `env` as [\"K=V\"] or {K: V}.",
+            |d, req| async move { lifecycle::handle_create(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::exec",
+            "Run a command in a sandbox: `cmd` (shell-split, no shell), `cmd`+`args`, or `argv`; stdin is base64.",
+            |d, req| async move { exec::handle_exec(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::stop",
+            "Stop a sandbox: kill its processes and discard its files.",
+            |d, req| async move { lifecycle::handle_stop(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::list",
+            "List live sandboxes.",
+            |d, _req: lifecycle::ListRequest| async move { Ok(lifecycle::handle_list(&d)) },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::run",
+            "Create a sandbox, write the code (and files), run it with `lang`'s interpreter, stop it.",
+            |d, req| async move { run::handle_run(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::catalog::list",
+            "List the images sandbox::create accepts.",
+            |_d, _req: lifecycle::CatalogListRequest| async move {
+                Ok(lifecycle::handle_catalog())
+            },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::fs::write",
+            "Write a file into a sandbox: `content` (UTF-8) or `content_b64`; `parents`, `mode`.",
+            |d, req| async move { fs_ops::handle_write(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::fs::read",
+            "Read a file from a sandbox: `body` inline for UTF-8 files under 1 MiB, plus size, mode, mtime.",
+            |d, req| async move { fs_ops::handle_read(&d, req).await },
+        ),
+        register(
+            client,
+            rt,
+            daemon,
+            "sandbox::fs::mkdir",
+            "Create a directory in a sandbox; `parents` like mkdir -p.",
+            |d, req| async move { fs_ops::handle_mkdir(&d, req).await },
+        ),
+    ]
+}

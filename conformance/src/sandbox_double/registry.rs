@@ -1,0 +1,558 @@
+//! The sandbox table: admission (capacity, exec cap), the idle clock, the
+//! stop sequence shared by `sandbox::stop`, the reaper and shutdown, and
+//! the reaper itself.
+//!
+//! It follows the daemon's registry: a stopped sandbox's entry is *removed*,
+//! so a later call on it answers S002; S004 is only seen in the short window
+//! while a stop is in progress. Exec start and end, and every fs op, reset
+//! the idle clock; `sandbox::list` does not. A sandbox is reaped once idle
+//! *strictly longer* than its `idle_timeout_secs`, unless an exec is in
+//! flight, which protects it for a further `max_exec_timeout_ms` + 60 s.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::error::SandboxError;
+use super::isolation::{ProcHandle, Scratch};
+
+/// How long a stop waits for an exec's processes to be reaped after
+/// SIGKILL before giving up on them.
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
+/// One live sandbox.
+pub struct Entry {
+    pub name: Option<String>,
+    pub image: String,
+    pub created_at: Instant,
+    pub last_activity: Instant,
+    pub exec_in_flight: u32,
+    pub idle_timeout_secs: u64,
+    pub stopped: bool,
+    /// When the modelled guest boot completes.
+    pub ready_at: Instant,
+    pub scratch: Arc<Scratch>,
+    /// Create-time environment, inherited by every exec.
+    pub env: Arc<Vec<(String, String)>>,
+    procs: HashMap<u64, Arc<ProcHandle>>,
+    next_proc: u64,
+}
+
+impl Entry {
+    /// A fresh, idle sandbox.
+    pub fn new(
+        name: Option<String>,
+        image: String,
+        idle_timeout_secs: u64,
+        boot_delay: Duration,
+        scratch: Scratch,
+        env: Vec<(String, String)>,
+    ) -> Entry {
+        let now = Instant::now();
+        Entry {
+            name,
+            image,
+            created_at: now,
+            last_activity: now,
+            exec_in_flight: 0,
+            idle_timeout_secs,
+            stopped: false,
+            ready_at: now + boot_delay,
+            scratch: Arc::new(scratch),
+            env: Arc::new(env),
+            procs: HashMap::new(),
+            next_proc: 0,
+        }
+    }
+}
+
+/// What an exec or fs op needs from its sandbox.
+#[derive(Clone)]
+pub struct Guest {
+    pub id: Uuid,
+    pub scratch: Arc<Scratch>,
+    pub env: Arc<Vec<(String, String)>>,
+    pub ready_at: Instant,
+}
+
+/// One row of `sandbox::list`.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct Summary {
+    pub sandbox_id: String,
+    pub name: Option<String>,
+    pub image: String,
+    pub age_secs: u64,
+    pub exec_in_progress: bool,
+    pub exec_in_flight: u32,
+    pub exec_slots_free: u32,
+    pub stopped: bool,
+}
+
+/// A sandbox claimed for stopping: its processes and scratch directory.
+pub struct StopWork {
+    pub id: Uuid,
+    procs: Vec<Arc<ProcHandle>>,
+    scratch: Arc<Scratch>,
+}
+
+impl StopWork {
+    /// Synchronous last-resort teardown (for `Drop`): SIGKILL every process,
+    /// give them a moment to be reaped, delete the scratch directory.
+    pub fn kill_now(self) {
+        for p in &self.procs {
+            p.mark_stopped();
+            p.signal(libc::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.procs.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.scratch.remove();
+    }
+}
+
+/// What `begin_stop` found.
+pub enum StopClaim {
+    /// This caller stops it.
+    Claimed(StopWork),
+    /// Another stop (or the reaper) already is.
+    AlreadyStopping,
+}
+
+/// The sandbox table.
+pub struct Registry {
+    inner: Mutex<HashMap<Uuid, Entry>>,
+    exec_cap: u32,
+    exec_ended: Notify,
+}
+
+impl Registry {
+    /// A registry admitting `exec_cap` concurrent execs per sandbox (0 acts
+    /// as 1, as on the daemon).
+    pub fn new(exec_cap: usize) -> Registry {
+        Registry {
+            inner: Mutex::new(HashMap::new()),
+            exec_cap: u32::try_from(exec_cap).unwrap_or(u32::MAX).max(1),
+            exec_ended: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Entry>> {
+        // A panic while holding the lock cannot leave the map inconsistent
+        // (every update is a single field write), so keep serving.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Live entries, stopping ones included (they still count against
+    /// capacity until removed, as on the daemon).
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Adds a sandbox unless that would exceed `capacity`.
+    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), (SandboxError, Entry)> {
+        let mut map = self.lock();
+        if map.len() >= capacity {
+            return Err((capacity_error(capacity), entry));
+        }
+        map.insert(id, entry);
+        Ok(())
+    }
+
+    /// The sandbox for an fs op: S002 unknown, S004 stopping. Resets the
+    /// idle clock.
+    pub fn touch(&self, id: Uuid) -> Result<Guest, SandboxError> {
+        let mut map = self.lock();
+        let e = map
+            .get_mut(&id)
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+        if e.stopped {
+            return Err(SandboxError::AlreadyStopped(id.to_string()));
+        }
+        e.last_activity = Instant::now();
+        Ok(guest_of(id, e))
+    }
+
+    /// Admits one exec: S002 unknown, S004 stopping, S003 at the cap.
+    /// Resets the idle clock.
+    pub fn begin_exec(&self, id: Uuid) -> Result<Guest, SandboxError> {
+        let mut map = self.lock();
+        let e = map
+            .get_mut(&id)
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+        if e.stopped {
+            return Err(SandboxError::AlreadyStopped(id.to_string()));
+        }
+        if e.exec_in_flight >= self.exec_cap {
+            return Err(SandboxError::ConcurrentExec(id.to_string()));
+        }
+        e.exec_in_flight += 1;
+        e.last_activity = Instant::now();
+        Ok(guest_of(id, e))
+    }
+
+    /// Releases one exec slot and resets the idle clock.
+    pub fn end_exec(&self, id: Uuid) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.exec_in_flight = e.exec_in_flight.saturating_sub(1);
+            e.last_activity = Instant::now();
+        }
+        self.exec_ended.notify_waiters();
+    }
+
+    /// Whether the sandbox is still live (not stopping, not gone).
+    pub fn is_live(&self, id: Uuid) -> bool {
+        self.lock().get(&id).is_some_and(|e| !e.stopped)
+    }
+
+    /// Records a spawned exec so a stop can kill it. `None` when the
+    /// sandbox is stopping or gone: the caller must kill it itself.
+    pub fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
+        let mut map = self.lock();
+        let e = map.get_mut(&id).filter(|e| !e.stopped)?;
+        let key = e.next_proc;
+        e.next_proc += 1;
+        e.procs.insert(key, handle);
+        Some(key)
+    }
+
+    /// Forgets a finished exec.
+    pub fn detach_proc(&self, id: Uuid, key: u64) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.procs.remove(&key);
+        }
+    }
+
+    /// Starts a `sandbox::stop`: S002 if unknown.
+    pub fn begin_stop(&self, id: Uuid) -> Result<StopClaim, SandboxError> {
+        let mut map = self.lock();
+        let e = map
+            .get_mut(&id)
+            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+        if e.stopped {
+            return Ok(StopClaim::AlreadyStopping);
+        }
+        Ok(StopClaim::Claimed(claim(id, e)))
+    }
+
+    /// Claims `id` for reaping if it has been idle strictly longer than its
+    /// timeout (and, when busy, longer than timeout + `busy_grace`). The
+    /// decision and the claim happen under one lock, so an exec admitted in
+    /// between cannot be killed.
+    pub fn claim_for_reap(&self, id: Uuid, now: Instant, busy_grace: Duration) -> Option<StopWork> {
+        let mut map = self.lock();
+        let e = map.get_mut(&id)?;
+        if e.stopped {
+            return None;
+        }
+        let idle = now.saturating_duration_since(e.last_activity);
+        let timeout = Duration::from_secs(e.idle_timeout_secs);
+        if idle <= timeout {
+            return None;
+        }
+        if e.exec_in_flight > 0 && idle <= timeout + busy_grace {
+            return None;
+        }
+        Some(claim(id, e))
+    }
+
+    /// Claims every live sandbox, for shutdown.
+    pub fn claim_all(&self) -> Vec<StopWork> {
+        let mut map = self.lock();
+        map.iter_mut()
+            .filter(|(_, e)| !e.stopped)
+            .map(|(id, e)| claim(*id, e))
+            .collect()
+    }
+
+    /// Ids of every entry.
+    pub fn ids(&self) -> Vec<Uuid> {
+        self.lock().keys().copied().collect()
+    }
+
+    /// The `sandbox::list` rows. Does not touch the idle clock.
+    pub fn summaries(&self) -> Vec<Summary> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|(id, e)| Summary {
+                sandbox_id: id.to_string(),
+                name: e.name.clone(),
+                image: e.image.clone(),
+                age_secs: now.saturating_duration_since(e.created_at).as_secs(),
+                exec_in_progress: e.exec_in_flight > 0,
+                exec_in_flight: e.exec_in_flight,
+                exec_slots_free: self.exec_cap.saturating_sub(e.exec_in_flight),
+                stopped: e.stopped,
+            })
+            .collect()
+    }
+
+    /// Ids and names of live sandboxes.
+    pub fn live(&self) -> Vec<(String, Option<String>)> {
+        self.lock()
+            .iter()
+            .map(|(id, e)| (id.to_string(), e.name.clone()))
+            .collect()
+    }
+
+    fn in_flight(&self, id: Uuid) -> u32 {
+        self.lock().get(&id).map_or(0, |e| e.exec_in_flight)
+    }
+
+    /// Waits (bounded) until no exec of `id` is in flight.
+    async fn wait_execs_drained(&self, id: Uuid, patience: Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let ended = self.exec_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.in_flight(id) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                tracing::warn!(sandbox_id = %id, "execs still in flight after stop");
+                return;
+            }
+        }
+    }
+
+    /// The daemon's stop sequence on a claimed sandbox: SIGTERM, the grace,
+    /// SIGKILL of every process, wait until they are gone, delete the
+    /// scratch directory, remove the entry. The grace is always paid, as on
+    /// the daemon, whatever the sandbox was doing.
+    pub async fn finish_stop(&self, work: StopWork, grace: Duration) {
+        for p in &work.procs {
+            p.mark_stopped();
+            p.signal(libc::SIGTERM);
+        }
+        tokio::time::sleep(grace).await;
+        for p in &work.procs {
+            if !p.kill_and_wait(KILL_PATIENCE).await {
+                tracing::warn!(sandbox_id = %work.id, "an exec's processes outlived SIGKILL");
+            }
+        }
+        // An exec admitted before the claim but spawned after it kills its
+        // own process (attach_proc refuses); wait for it before deleting.
+        self.wait_execs_drained(work.id, KILL_PATIENCE).await;
+        let scratch = work.scratch.clone();
+        let removed = tokio::task::spawn_blocking(move || scratch.remove()).await;
+        if !matches!(removed, Ok(Ok(()))) {
+            tracing::warn!(sandbox_id = %work.id, "scratch directory not fully removed");
+        }
+        self.lock().remove(&work.id);
+    }
+
+    /// Scans once and stops every sandbox due for reaping.
+    pub async fn reap_once(&self, busy_grace: Duration, grace: Duration) {
+        let now = Instant::now();
+        for id in self.ids() {
+            if let Some(work) = self.claim_for_reap(id, now, busy_grace) {
+                tracing::info!(sandbox_id = %id, "reaping idle sandbox");
+                self.finish_stop(work, grace).await;
+            }
+        }
+    }
+}
+
+fn guest_of(id: Uuid, e: &Entry) -> Guest {
+    Guest {
+        id,
+        scratch: e.scratch.clone(),
+        env: e.env.clone(),
+        ready_at: e.ready_at,
+    }
+}
+
+fn claim(id: Uuid, e: &mut Entry) -> StopWork {
+    e.stopped = true;
+    StopWork {
+        id,
+        procs: e.procs.values().cloned().collect(),
+        scratch: e.scratch.clone(),
+    }
+}
+
+/// S400 at capacity, worded as the daemon words it.
+pub fn capacity_error(capacity: usize) -> SandboxError {
+    SandboxError::ResourceLimit(format!("max_concurrent_sandboxes ({capacity}) reached"))
+}
+
+/// Runs the reaper until the task is aborted.
+pub async fn run_reaper(
+    registry: Arc<Registry>,
+    interval: Duration,
+    busy_grace: Duration,
+    grace: Duration,
+) {
+    let interval = interval.max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(interval).await;
+        registry.reap_once(busy_grace, grace).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox_double::error::SCode;
+    use crate::sandbox_double::isolation::HostLayout;
+
+    fn entry(idle_secs: u64) -> (Uuid, Entry) {
+        let id = Uuid::new_v4();
+        let layout = HostLayout::detect().expect("host layout");
+        let scratch = Scratch::create(&layout, id).expect("scratch");
+        (
+            id,
+            Entry::new(
+                Some("t".into()),
+                "python".into(),
+                idle_secs,
+                Duration::ZERO,
+                scratch,
+                vec![],
+            ),
+        )
+    }
+
+    fn cleanup(reg: &Registry) {
+        for (_, e) in reg.lock().drain() {
+            let _ = e.scratch.remove();
+        }
+    }
+
+    fn code(r: Result<Guest, SandboxError>) -> Option<SCode> {
+        r.err().map(|e| e.code())
+    }
+
+    #[test]
+    fn capacity_is_enforced_on_insert() {
+        let reg = Registry::new(4);
+        let (a, ea) = entry(300);
+        let (b, eb) = entry(300);
+        assert!(reg.insert(a, ea, 1).is_ok());
+        let Err((err, eb)) = reg.insert(b, eb, 1) else {
+            panic!("second insert must fail at capacity 1");
+        };
+        assert_eq!(err.code(), SCode::S400);
+        assert_eq!(
+            err.to_string(),
+            "resource limit exceeded: max_concurrent_sandboxes (1) reached"
+        );
+        let _ = eb.scratch.remove();
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn exec_cap_then_release() {
+        let reg = Registry::new(2);
+        let (id, e) = entry(300);
+        assert!(reg.insert(id, e, 8).is_ok());
+        assert!(reg.begin_exec(id).is_ok());
+        assert!(reg.begin_exec(id).is_ok());
+        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S003));
+        reg.end_exec(id);
+        assert!(reg.begin_exec(id).is_ok());
+        let s = &reg.summaries()[0];
+        assert_eq!((s.exec_in_flight, s.exec_slots_free, s.exec_in_progress), (2, 0, true));
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn zero_cap_admits_one() {
+        let reg = Registry::new(0);
+        let (id, e) = entry(300);
+        assert!(reg.insert(id, e, 8).is_ok());
+        assert!(reg.begin_exec(id).is_ok());
+        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S003));
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn unknown_and_stopping_ids() {
+        let reg = Registry::new(4);
+        assert_eq!(code(reg.begin_exec(Uuid::new_v4())), Some(SCode::S002));
+        assert_eq!(code(reg.touch(Uuid::new_v4())), Some(SCode::S002));
+        let (id, e) = entry(300);
+        assert!(reg.insert(id, e, 8).is_ok());
+        assert!(matches!(reg.begin_stop(id), Ok(StopClaim::Claimed(_))));
+        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S004));
+        assert_eq!(code(reg.touch(id)), Some(SCode::S004));
+        assert!(matches!(reg.begin_stop(id), Ok(StopClaim::AlreadyStopping)));
+        assert!(!reg.is_live(id));
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn reaping_needs_strictly_more_than_the_timeout() {
+        let reg = Registry::new(4);
+        let (id, e) = entry(5);
+        assert!(reg.insert(id, e, 8).is_ok());
+        let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
+        let grace = Duration::from_secs(100);
+        assert!(reg.claim_for_reap(id, t0 + Duration::from_secs(5), grace).is_none());
+        assert!(reg
+            .claim_for_reap(id, t0 + Duration::from_millis(5001), grace)
+            .is_some());
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn an_exec_in_flight_protects_until_the_busy_grace() {
+        let reg = Registry::new(4);
+        let (id, e) = entry(1);
+        assert!(reg.insert(id, e, 8).is_ok());
+        assert!(reg.begin_exec(id).is_ok());
+        let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
+        let grace = Duration::from_secs(10);
+        assert!(reg.claim_for_reap(id, t0 + Duration::from_secs(11), grace).is_none());
+        assert!(reg
+            .claim_for_reap(id, t0 + Duration::from_millis(11_001), grace)
+            .is_some());
+        cleanup(&reg);
+    }
+
+    #[test]
+    fn touch_and_exec_end_reset_the_clock_but_list_does_not() {
+        let reg = Registry::new(4);
+        let (id, e) = entry(1);
+        assert!(reg.insert(id, e, 8).is_ok());
+        let last = |reg: &Registry| reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
+        let t0 = last(&reg);
+        let _ = reg.summaries();
+        assert_eq!(last(&reg), t0, "list must not reset the idle clock");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(reg.touch(id).is_ok());
+        let t1 = last(&reg);
+        assert!(t1 > t0, "an fs op resets the idle clock");
+        assert!(reg.begin_exec(id).is_ok());
+        let t2 = last(&reg);
+        assert!(t2 > t1, "exec start resets the idle clock");
+        std::thread::sleep(Duration::from_millis(5));
+        reg.end_exec(id);
+        assert!(last(&reg) > t2, "exec end resets the idle clock");
+        cleanup(&reg);
+    }
+
+    #[tokio::test]
+    async fn finish_stop_removes_entry_and_scratch() {
+        let reg = Registry::new(4);
+        let (id, e) = entry(300);
+        let path = e.scratch.path().to_path_buf();
+        assert!(reg.insert(id, e, 8).is_ok());
+        let Ok(StopClaim::Claimed(work)) = reg.begin_stop(id) else {
+            panic!("claim");
+        };
+        let started = Instant::now();
+        reg.finish_stop(work, Duration::from_millis(50)).await;
+        assert!(started.elapsed() >= Duration::from_millis(50), "grace is paid");
+        assert!(!path.exists());
+        assert_eq!(reg.count(), 0);
+        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S002));
+    }
+}

@@ -1,0 +1,172 @@
+//! `sandbox::run`: create → write files → write the code → exec → stop, in
+//! one call, as the daemon composes it. It always creates with
+//! `network:false` and the default idle timeout; a failed step keeps its
+//! inner S-code and names the step in the message and in `fix`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::error::SandboxError;
+use super::exec::{handle_exec, EnvShape, ExecRequest};
+use super::fs_ops::{handle_write, WriteContent, WriteRequest};
+use super::lifecycle::{handle_create, handle_stop, CreateRequest, Daemon, StopRequest};
+
+/// A file dropped into the sandbox before the code runs.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct RunFile {
+    /// Absolute guest path (parents are created).
+    pub path: String,
+    /// UTF-8 body.
+    pub content: String,
+}
+
+/// `sandbox::run` request.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct RunRequest {
+    /// Catalog image, as for `sandbox::create`.
+    pub image: String,
+    /// The code, written to `/tmp/run.<ext>`.
+    pub code: String,
+    /// `node|js|javascript`, `python|py`, `shell|sh|bash`, or an
+    /// interpreter path.
+    pub lang: String,
+    /// Extra files.
+    #[serde(default)]
+    pub files: Vec<RunFile>,
+    /// Environment of the sandbox and of the interpreter.
+    #[serde(default)]
+    pub env: EnvShape,
+    /// Base64 stdin.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Interpreter timeout in ms.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Leave the sandbox running and return its id.
+    #[serde(default)]
+    pub keep_sandbox: bool,
+}
+
+/// `sandbox::run` response: the exec's fields, plus `sandbox_id` when kept.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct RunResponse {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+}
+
+/// `(interpreter, script extension)` for a `lang`; unknown values are an
+/// interpreter path with a `.txt` script.
+fn interpreter(lang: &str) -> (&str, &'static str) {
+    match lang {
+        "node" | "js" | "javascript" => ("node", "js"),
+        "python" | "py" => ("python3", "py"),
+        "shell" | "sh" | "bash" => ("/bin/sh", "sh"),
+        other => (other, "txt"),
+    }
+}
+
+async fn stop_quietly(d: &Daemon, sandbox_id: &str) {
+    let req = StopRequest {
+        sandbox_id: sandbox_id.to_string(),
+        wait: false,
+    };
+    if let Err(e) = handle_stop(d, req).await {
+        tracing::warn!(sandbox_id, error = %e, "sandbox::run cleanup stop failed");
+    }
+}
+
+/// Handles `sandbox::run`.
+pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<RunResponse, SandboxError> {
+    let created = handle_create(
+        d,
+        CreateRequest {
+            image: req.image.clone(),
+            cpus: None,
+            memory_mb: None,
+            name: None,
+            network: None,
+            idle_timeout_secs: None,
+            env: req.env.clone(),
+        },
+    )
+    .await
+    .map_err(|e| SandboxError::run_step("create", "", e))?;
+    let id = created.sandbox_id;
+    let keep = req.keep_sandbox;
+
+    let fail = |step: &'static str, e: SandboxError| SandboxError::run_step(step, &id, e);
+
+    let write = |path: String, content: String| WriteRequest {
+        sandbox_id: id.clone(),
+        path,
+        mode: "0644".to_string(),
+        parents: true,
+        content: Some(WriteContent::Utf8(content)),
+        content_b64: None,
+    };
+
+    for f in &req.files {
+        if let Err(e) = handle_write(d, write(f.path.clone(), f.content.clone())).await {
+            if !keep {
+                stop_quietly(d, &id).await;
+            }
+            return Err(fail("fs::write (sibling file)", e));
+        }
+    }
+
+    let (interp, ext) = interpreter(&req.lang);
+    let script = format!("/tmp/run.{ext}");
+    if let Err(e) = handle_write(d, write(script.clone(), req.code.clone())).await {
+        if !keep {
+            stop_quietly(d, &id).await;
+        }
+        return Err(fail("fs::write (code)", e));
+    }
+
+    let exec = ExecRequest {
+        sandbox_id: id.clone(),
+        cmd: interp.to_string(),
+        args: vec![script],
+        argv: Vec::new(),
+        stdin: req.stdin,
+        env: req.env,
+        timeout_ms: req.timeout_ms,
+        workdir: None,
+    };
+    let result = handle_exec(d, exec).await;
+    if !keep {
+        stop_quietly(d, &id).await;
+    }
+    let resp = result.map_err(|e| fail("exec", e))?;
+    Ok(RunResponse {
+        stdout: resp.stdout,
+        stderr: resp.stderr,
+        exit_code: resp.exit_code,
+        timed_out: resp.timed_out,
+        duration_ms: resp.duration_ms,
+        success: resp.success,
+        sandbox_id: keep.then_some(id),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("node", "node", "js")]
+    #[case("javascript", "node", "js")]
+    #[case("py", "python3", "py")]
+    #[case("bash", "/bin/sh", "sh")]
+    #[case("/usr/bin/perl", "/usr/bin/perl", "txt")]
+    fn languages(#[case] lang: &str, #[case] interp: &str, #[case] ext: &str) {
+        assert_eq!(interpreter(lang), (interp, ext));
+    }
+}

@@ -1,0 +1,223 @@
+//! End-to-end harness: the hermetic bench in-process, the worker binary as a
+//! real child process, and an SDK client calling it through the engine.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use code_runner_conformance::bench::{Bench, BenchOptions};
+use code_runner_conformance::sandbox_double::SandboxLimits;
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::IIIClient;
+use serde_json::Value;
+
+/// A failed call as the caller sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    pub code: String,
+    pub message: String,
+}
+
+pub struct Harness {
+    pub bench: Bench,
+    pub client: IIIClient,
+    worker: Option<tokio::process::Child>,
+    config_path: PathBuf,
+    pub log_path: PathBuf,
+    dir: PathBuf,
+}
+
+/// Polls `probe` until true or the deadline passes.
+pub async fn wait_for<F, Fut>(deadline: Duration, mut probe: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        if probe().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn test_limits() -> SandboxLimits {
+    SandboxLimits {
+        stop_grace_ms: 0,
+        reaper_interval_ms: 200,
+        ..SandboxLimits::default()
+    }
+}
+
+impl Harness {
+    /// Starts a bench and a worker with `config` (YAML).
+    pub async fn start(config: &str) -> Harness {
+        Harness::start_with(config, test_limits()).await
+    }
+
+    pub async fn start_with(config: &str, limits: SandboxLimits) -> Harness {
+        let bench = Bench::start(BenchOptions {
+            port: 0,
+            engine: None,
+            limits,
+        })
+        .await
+        .expect("bench starts");
+        let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let config_path = dir.join("config.yaml");
+        std::fs::write(&config_path, config).expect("config written");
+        let log_path = dir.join("worker.log");
+        let client = code_runner_conformance::client::connect(&bench.url(), "e2e-caller")
+            .await
+            .expect("client connects");
+        let mut h = Harness {
+            bench,
+            client,
+            worker: None,
+            config_path,
+            log_path,
+            dir,
+        };
+        h.spawn_worker().await;
+        h
+    }
+
+    /// Starts the worker binary and waits until its functions are visible.
+    pub async fn spawn_worker(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
+            .arg("--url")
+            .arg(self.bench.url())
+            .arg("--config")
+            .arg(&self.config_path)
+            .env("RUST_LOG", "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("worker starts");
+        self.worker = Some(child);
+        let engine = self.bench.engine().expect("stand-in engine");
+        let ready = wait_for(Duration::from_secs(30), || async {
+            engine
+                .function_ids("default")
+                .iter()
+                .any(|f| f == "sandbox-code-runner::teardown")
+        })
+        .await;
+        assert!(ready, "worker published its functions; log:\n{}", self.log());
+    }
+
+    /// Kills the worker without letting it clean up (a crash).
+    pub async fn crash_worker(&mut self) {
+        if let Some(mut c) = self.worker.take() {
+            let _ = c.kill().await;
+        }
+        let engine = self.bench.engine().expect("stand-in engine");
+        let gone = wait_for(Duration::from_secs(10), || async {
+            !engine
+                .function_ids("default")
+                .iter()
+                .any(|f| f == "sandbox-code-runner::run")
+        })
+        .await;
+        assert!(gone, "a dead worker's functions vanish");
+    }
+
+    /// SIGTERMs the worker and waits for it to exit.
+    pub async fn stop_worker(&mut self) -> std::process::ExitStatus {
+        let mut c = self.worker.take().expect("a running worker");
+        let pid = c.id().expect("pid") as i32;
+        unsafe_kill(pid, 15);
+        tokio::time::timeout(Duration::from_secs(30), c.wait())
+            .await
+            .expect("worker exits after SIGTERM")
+            .expect("exit status")
+    }
+
+    pub async fn call(&self, function_id: &str, payload: Value) -> Result<Value, CallError> {
+        self.call_with(function_id, payload, 120_000).await
+    }
+
+    pub async fn call_with(&self, function_id: &str, payload: Value, timeout_ms: u64) -> Result<Value, CallError> {
+        self.client
+            .trigger(TriggerRequest {
+                function_id: function_id.to_string(),
+                payload,
+                action: None,
+                timeout_ms: Some(timeout_ms),
+            })
+            .await
+            .map_err(|e| match e {
+                iii_sdk::Error::Remote { code, message, .. } => CallError { code, message },
+                other => CallError {
+                    code: "client".into(),
+                    message: other.to_string(),
+                },
+            })
+    }
+
+    pub async fn run(&self, payload: Value) -> Result<Value, CallError> {
+        self.call("sandbox-code-runner::run", payload).await
+    }
+
+    /// Live sandboxes in the daemon double.
+    pub fn live_sandboxes(&self) -> usize {
+        self.bench.sandbox().live().len()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Ends the test: no sandbox beyond `kept` is left, and no runtime id
+    /// reached the worker's log.
+    pub async fn finish(mut self, kept: usize) {
+        let live = self.live_sandboxes();
+        assert_eq!(live, kept, "sandboxes left behind; log:\n{}", self.log());
+        if self.worker.is_some() {
+            let status = self.stop_worker().await;
+            assert!(status.success(), "worker exits cleanly on SIGTERM");
+        }
+        assert_eq!(self.live_sandboxes(), 0, "SIGTERM stops every VM the worker owns");
+        assert_no_runtime_ids(&self.log());
+        self.client.shutdown_async().await;
+        self.bench.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unsafe_kill(pid: i32, sig: i32) {
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// No `rt-<uuid>` in `text`.
+pub fn assert_no_runtime_ids(text: &str) {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = text[i..].find("rt-") {
+        let at = i + pos + 3;
+        let candidate = &bytes[at..(at + 36).min(bytes.len())];
+        let is_uuid = candidate.len() == 36
+            && candidate.iter().enumerate().all(|(k, c)| match k {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            });
+        assert!(!is_uuid, "a runtime id leaked into the log near: {}", &text[at.saturating_sub(40)..(at + 40).min(text.len())]);
+        i = at;
+    }
+}
