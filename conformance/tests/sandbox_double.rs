@@ -105,7 +105,8 @@ impl Harness {
     }
 
     async fn sh(&self, id: &str, script: &str) -> Value {
-        self.exec_ok(id, json!({ "argv": ["sh", "-c", script] })).await
+        self.exec_ok(id, json!({ "argv": ["sh", "-c", script] }))
+            .await
     }
 
     async fn listed(&self) -> Vec<Value> {
@@ -143,7 +144,13 @@ fn s_error(err: &Error) -> Value {
         .unwrap_or_else(|| panic!("no handler-error prefix: {message}"));
     let v: Value = serde_json::from_str(raw).unwrap_or_else(|e| panic!("{e}: {raw}"));
     let keys = [
-        "code", "docs_url", "fix", "fix_note", "message", "retryable", "type",
+        "code",
+        "docs_url",
+        "fix",
+        "fix_note",
+        "message",
+        "retryable",
+        "type",
     ];
     assert_eq!(v.as_object().map(|o| o.len()), Some(keys.len()), "{raw}");
     assert!(raw.starts_with("{\"code\":"), "{raw}");
@@ -287,7 +294,10 @@ async fn unknown_fields_are_ignored() {
         .create(json!({ "image": "python", "idle_ttl": 5, "bogus": [1, 2] }))
         .await;
     let out = h
-        .exec_ok(&id, json!({ "cmd": "echo hi", "shell": true, "cwd": "/nope" }))
+        .exec_ok(
+            &id,
+            json!({ "cmd": "echo hi", "shell": true, "cwd": "/nope" }),
+        )
         .await;
     assert_eq!(out["stdout"], "hi\n");
     h.finish().await;
@@ -402,7 +412,10 @@ async fn s001_fs_write_bodies(#[case] body: Value, #[case] message: &str) {
 async fn s002_unknown_and_after_stop() {
     let h = default_harness().await;
     let ghost = uuid::Uuid::new_v4().to_string();
-    let err = h.exec(&ghost, json!({ "cmd": "true" })).await.expect_err("S002");
+    let err = h
+        .exec(&ghost, json!({ "cmd": "true" }))
+        .await
+        .expect_err("S002");
     assert_s(
         &err,
         "S002",
@@ -415,7 +428,9 @@ async fn s002_unknown_and_after_stop() {
     let scratch = scratch_of(&id);
     assert!(scratch.is_dir());
     let started = Instant::now();
-    let out = h.ok("sandbox::stop", json!({ "sandbox_id": id, "wait": true })).await;
+    let out = h
+        .ok("sandbox::stop", json!({ "sandbox_id": id, "wait": true }))
+        .await;
     assert!(
         started.elapsed() >= Duration::from_millis(200),
         "stop pays the 200 ms grace"
@@ -428,12 +443,18 @@ async fn s002_unknown_and_after_stop() {
     for (f, payload) in [
         ("sandbox::exec", json!({ "sandbox_id": id, "cmd": "true" })),
         ("sandbox::stop", json!({ "sandbox_id": id })),
-        ("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp" })),
+        (
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp" }),
+        ),
         (
             "sandbox::fs::write",
             json!({ "sandbox_id": id, "path": "/tmp/x", "content": "" }),
         ),
-        ("sandbox::fs::mkdir", json!({ "sandbox_id": id, "path": "/x" })),
+        (
+            "sandbox::fs::mkdir",
+            json!({ "sandbox_id": id, "path": "/x" }),
+        ),
     ] {
         let err = h.call(f, payload).await.expect_err("S002");
         assert_s(
@@ -478,7 +499,10 @@ async fn s004_while_a_stop_is_in_progress() {
     assert!(marked, "list shows stopped:true during the grace");
     for (f, payload) in [
         ("sandbox::exec", json!({ "sandbox_id": id, "cmd": "true" })),
-        ("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp" })),
+        (
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp" }),
+        ),
     ] {
         let err = h.call(f, payload).await.expect_err("S004");
         assert_s(
@@ -494,7 +518,10 @@ async fn s004_while_a_stop_is_in_progress() {
     assert_eq!(again, json!({ "sandbox_id": id, "stopped": true }));
     let first = stopping.await.expect("join").expect("first stop succeeds");
     assert_eq!(first, json!({ "sandbox_id": id, "stopped": true }));
-    let err = h.exec(&id, json!({ "cmd": "true" })).await.expect_err("S002");
+    let err = h
+        .exec(&id, json!({ "cmd": "true" }))
+        .await
+        .expect_err("S002");
     assert_eq!(s_error(&err)["code"], "S002");
     h.finish().await;
 }
@@ -534,7 +561,10 @@ async fn s003_at_the_exec_cap_and_s300_when_stopped_underneath() {
     })
     .await;
     assert!(busy, "the long exec is in flight");
-    let err = h.exec(&id, json!({ "cmd": "true" })).await.expect_err("S003");
+    let err = h
+        .exec(&id, json!({ "cmd": "true" }))
+        .await
+        .expect_err("S003");
     let v = s_error(&err);
     assert_eq!(v["code"], "S003");
     assert_eq!(v["type"], "validation");
@@ -545,7 +575,12 @@ async fn s003_at_the_exec_cap_and_s300_when_stopped_underneath() {
         format!("sandbox {id} is at its exec concurrency cap (max_concurrent_exec_per_sandbox)")
     );
     let note = v["fix_note"].as_str().unwrap_or_default();
-    assert!(note.starts_with("this sandbox already has max_concurrent_exec_per_sandbox execs running (default 4);"), "{note}");
+    assert!(
+        note.starts_with(
+            "this sandbox already has max_concurrent_exec_per_sandbox execs running (default 4);"
+        ),
+        "{note}"
+    );
 
     h.ok("sandbox::stop", json!({ "sandbox_id": id })).await;
     let err = long.await.expect("join").expect_err("S300");
@@ -615,7 +650,10 @@ async fn s200_timeout_kills_the_whole_tree() {
     let script = format!("sh -c 'sleep {marker}' & sleep {marker} & sleep {marker}; echo never");
     let started = Instant::now();
     let err = h
-        .exec(&id, json!({ "argv": ["sh", "-c", script], "timeout_ms": 500 }))
+        .exec(
+            &id,
+            json!({ "argv": ["sh", "-c", script], "timeout_ms": 500 }),
+        )
         .await
         .expect_err("S200");
     assert!(started.elapsed() >= Duration::from_millis(500));
@@ -626,7 +664,11 @@ async fn s200_timeout_kills_the_whole_tree() {
         Value::Null,
         Some(NOTE_TIMEOUT),
     );
-    assert_eq!(pids_with(&marker), Vec::<String>::new(), "processes survived");
+    assert_eq!(
+        pids_with(&marker),
+        Vec::<String>::new(),
+        "processes survived"
+    );
     // The sandbox itself is fine, and its slot was released.
     let out = h.sh(&id, "echo alive").await;
     assert_eq!(out["stdout"], "alive\n");
@@ -644,7 +686,10 @@ async fn s200_timeout_is_clamped_to_the_max() {
     .await;
     let id = h.python().await;
     let err = h
-        .exec(&id, json!({ "argv": ["sleep", "30"], "timeout_ms": 60_000 }))
+        .exec(
+            &id,
+            json!({ "argv": ["sleep", "30"], "timeout_ms": 60_000 }),
+        )
         .await
         .expect_err("S200");
     assert_eq!(s_error(&err)["message"], "exec timed out after 300 ms");
@@ -676,7 +721,10 @@ async fn fs_error_codes() {
     );
 
     let err = h
-        .call("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp/none" }))
+        .call(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp/none" }),
+        )
         .await
         .expect_err("S211");
     assert_s(
@@ -688,7 +736,10 @@ async fn fs_error_codes() {
     );
 
     let err = h
-        .call("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp" }))
+        .call(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp" }),
+        )
         .await
         .expect_err("S212");
     assert_s(
@@ -700,7 +751,10 @@ async fn fs_error_codes() {
     );
 
     let err = h
-        .call("sandbox::fs::mkdir", json!({ "sandbox_id": id, "path": "/tmp" }))
+        .call(
+            "sandbox::fs::mkdir",
+            json!({ "sandbox_id": id, "path": "/tmp" }),
+        )
         .await
         .expect_err("S213");
     assert_s(
@@ -790,7 +844,10 @@ async fn fs_write_read_mkdir_roundtrip() {
             json!({ "sandbox_id": id, "path": "/work/app/main.py", "content": "print(6*7)\n", "parents": true, "mode": "0600" }),
         )
         .await;
-    assert_eq!(out, json!({ "bytes_written": 11, "path": "/work/app/main.py" }));
+    assert_eq!(
+        out,
+        json!({ "bytes_written": 11, "path": "/work/app/main.py" })
+    );
     let read = h
         .ok(
             "sandbox::fs::read",
@@ -802,7 +859,9 @@ async fn fs_write_read_mkdir_roundtrip() {
     assert_eq!(read["mode"], "0600");
     assert!(read["mtime"].as_i64().is_some_and(|t| t > 1_600_000_000));
     assert!(read.get("content").is_some_and(Value::is_null));
-    let ran = h.exec_ok(&id, json!({ "cmd": "python3 /work/app/main.py" })).await;
+    let ran = h
+        .exec_ok(&id, json!({ "cmd": "python3 /work/app/main.py" }))
+        .await;
     assert_eq!(ran["stdout"], "42\n");
 
     // Binary content: no inline body.
@@ -812,7 +871,10 @@ async fn fs_write_read_mkdir_roundtrip() {
     )
     .await;
     let read = h
-        .ok("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp/bin" }))
+        .ok(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp/bin" }),
+        )
         .await;
     assert!(read.get("body").is_none());
     assert_eq!(read["size"], 4);
@@ -836,7 +898,10 @@ async fn fs_write_read_mkdir_roundtrip() {
 
     // Host binds are readable through fs::read.
     let os = h
-        .ok("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/etc/os-release" }))
+        .ok(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/etc/os-release" }),
+        )
         .await;
     assert!(os["body"].as_str().is_some_and(|b| b.contains("ID=")));
     h.finish().await;
@@ -850,10 +915,16 @@ async fn fs_ops_cannot_escape_through_guest_symlinks() {
     std::fs::create_dir(&outside).expect("host dir");
     std::fs::write(outside.join("secret"), "host secret").expect("host file");
     let link_target = outside.to_string_lossy().into_owned();
-    h.exec_ok(&id, json!({ "argv": ["ln", "-s", link_target, "/tmp/out"] }))
-        .await;
+    h.exec_ok(
+        &id,
+        json!({ "argv": ["ln", "-s", link_target, "/tmp/out"] }),
+    )
+    .await;
     let err = h
-        .call("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/tmp/out/secret" }))
+        .call(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/tmp/out/secret" }),
+        )
         .await
         .expect_err("the link resolves inside the sandbox, where nothing is");
     assert_eq!(s_error(&err)["code"], "S211");
@@ -864,7 +935,10 @@ async fn fs_ops_cannot_escape_through_guest_symlinks() {
     .await;
     assert!(!outside.join("new").exists(), "wrote through to the host");
     let err = h
-        .call("sandbox::fs::read", json!({ "sandbox_id": id, "path": "/../../../../proc/1/environ" }))
+        .call(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/../../../../proc/1/environ" }),
+        )
         .await
         .expect_err("proc is not reachable from the host side");
     assert_eq!(s_error(&err)["code"], "S215");
@@ -883,7 +957,10 @@ async fn sandboxes_are_private_persistent_and_gone_after_stop() {
     let b = h.create(json!({ "image": "node", "name": "b" })).await;
     let mut live = h.double().live();
     live.sort();
-    let mut want = vec![(a.clone(), Some("a".to_string())), (b.clone(), Some("b".to_string()))];
+    let mut want = vec![
+        (a.clone(), Some("a".to_string())),
+        (b.clone(), Some("b".to_string())),
+    ];
     want.sort();
     assert_eq!(live, want);
 
@@ -896,7 +973,10 @@ async fn sandboxes_are_private_persistent_and_gone_after_stop() {
     let out = h.sh(&a, read).await;
     assert_eq!(out["stdout"], "x\nmodule.exports = 42\nn\n");
     let out = h
-        .exec_ok(&a, json!({ "argv": ["node", "-e", "console.log(require('pkg'))"] }))
+        .exec_ok(
+            &a,
+            json!({ "argv": ["node", "-e", "console.log(require('pkg'))"] }),
+        )
         .await;
     assert_eq!(out["stdout"], "42\n", "{out}");
 
@@ -922,26 +1002,68 @@ async fn sandboxes_are_private_persistent_and_gone_after_stop() {
 }
 
 #[tokio::test]
-async fn guests_see_their_own_process_tree_and_the_host_network() {
+async fn guests_see_only_their_own_process_tree() {
     let h = default_harness().await;
     let id = h.python().await;
-    let out = h.sh(&id, "echo $$ $PPID; ls /proc | grep -c '^[0-9]'").await;
+    let out = h
+        .sh(&id, "echo $$ $PPID; ls /proc | grep -c '^[0-9]'")
+        .await;
     let stdout = out["stdout"].as_str().unwrap_or_default().to_string();
     let mut lines = stdout.lines();
     assert_eq!(lines.next(), Some("2 1"), "{stdout}");
-    let count: u32 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(99);
+    let count: u32 = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(99);
     assert!(count <= 6, "the guest sees host processes: {stdout}");
-    // The engine is reachable on the host's loopback.
-    let port = h
-        .engine
-        .as_ref()
-        .map(|e| e.addr().port())
-        .expect("engine");
-    let probe = format!(
-        "import socket; s=socket.create_connection(('127.0.0.1', {port}), 5); print('connected')"
-    );
-    let out = h.exec_ok(&id, json!({ "argv": ["python3", "-c", probe] })).await;
+    h.finish().await;
+}
+
+/// Connects to the engine's port from inside a sandbox; prints the outcome.
+fn connect_probe(port: u16) -> String {
+    format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 5)\n    print('connected')\nexcept OSError as e:\n    print('refused')"
+    )
+}
+
+#[tokio::test]
+async fn only_network_true_sandboxes_reach_the_engine() {
+    let h = default_harness().await;
+    let port = h.engine.as_ref().map(|e| e.addr().port()).expect("engine");
+    let online = h
+        .create(json!({ "image": "python", "network": true }))
+        .await;
+    let out = h
+        .exec_ok(
+            &online,
+            json!({ "argv": ["python3", "-c", connect_probe(port)] }),
+        )
+        .await;
     assert_eq!(out["stdout"], "connected\n", "{out}");
+
+    // network:false (the default, and what sandbox::run uses) has no route
+    // to the host, as a VM without a network device.
+    let offline = h.python().await;
+    let out = h
+        .exec_ok(
+            &offline,
+            json!({ "argv": ["python3", "-c", connect_probe(port)] }),
+        )
+        .await;
+    assert_eq!(out["stdout"], "refused\n", "{out}");
+    let run = h
+        .ok(
+            "sandbox::run",
+            json!({ "image": "python", "lang": "python", "code": connect_probe(port) }),
+        )
+        .await;
+    assert_eq!(run["stdout"], "refused\n", "{run}");
+    // Its own loopback still works.
+    let echo = "import socket\ns=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\nc=socket.create_connection(s.getsockname()); print('loopback ok')";
+    let out = h
+        .exec_ok(&offline, json!({ "argv": ["python3", "-c", echo] }))
+        .await;
+    assert_eq!(out["stdout"], "loopback ok\n", "{out}");
     h.finish().await;
 }
 
@@ -974,7 +1096,10 @@ async fn idle_sandboxes_are_reaped_then_unknown() {
         "reaped before idle_timeout_secs elapsed"
     );
     assert!(!scratch.exists());
-    let err = h.exec(&id, json!({ "cmd": "true" })).await.expect_err("S002");
+    let err = h
+        .exec(&id, json!({ "cmd": "true" }))
+        .await
+        .expect_err("S002");
     assert_s(
         &err,
         "S002",
@@ -988,13 +1113,18 @@ async fn idle_sandboxes_are_reaped_then_unknown() {
 #[tokio::test]
 async fn an_exec_in_flight_protects_from_reaping() {
     let h = harness(reaping_limits()).await;
-    let id = h.create(json!({ "image": "python", "idle_timeout_secs": 1 })).await;
+    let id = h
+        .create(json!({ "image": "python", "idle_timeout_secs": 1 }))
+        .await;
     // Runs 3x the idle timeout; a reap would kill it (S300).
     let out = h
         .exec_ok(&id, json!({ "argv": ["sleep", "3"], "timeout_ms": 20_000 }))
         .await;
     assert_eq!(out["exit_code"], 0);
-    assert!(h.listed_entry(&id).await.is_some(), "reaped right after its exec");
+    assert!(
+        h.listed_entry(&id).await.is_some(),
+        "reaped right after its exec"
+    );
     let reaped = wait_for(Duration::from_secs(15), || async {
         h.listed_entry(&id).await.is_none()
     })
@@ -1006,8 +1136,12 @@ async fn an_exec_in_flight_protects_from_reaping() {
 #[tokio::test]
 async fn fs_ops_reset_the_idle_clock_list_does_not() {
     let h = harness(reaping_limits()).await;
-    let busy = h.create(json!({ "image": "python", "idle_timeout_secs": 2 })).await;
-    let idle = h.create(json!({ "image": "python", "idle_timeout_secs": 2 })).await;
+    let busy = h
+        .create(json!({ "image": "python", "idle_timeout_secs": 2 }))
+        .await;
+    let idle = h
+        .create(json!({ "image": "python", "idle_timeout_secs": 2 }))
+        .await;
     let keepalive = {
         let caller = h.caller.clone();
         let busy = busy.clone();
@@ -1055,7 +1189,14 @@ async fn exec_response_shape_and_exit_codes() {
     keys.sort();
     assert_eq!(
         keys,
-        ["duration_ms", "exit_code", "stderr", "stdout", "success", "timed_out"]
+        [
+            "duration_ms",
+            "exit_code",
+            "stderr",
+            "stdout",
+            "success",
+            "timed_out"
+        ]
     );
     assert_eq!(out["stdout"], "hello\n");
     assert_eq!(out["stderr"], "");
@@ -1066,7 +1207,11 @@ async fn exec_response_shape_and_exit_codes() {
 
     let out = h.sh(&id, "echo err >&2; exit 3").await;
     assert_eq!(
-        (out["exit_code"].clone(), out["success"].clone(), out["stderr"].clone()),
+        (
+            out["exit_code"].clone(),
+            out["success"].clone(),
+            out["stderr"].clone()
+        ),
         (json!(3), json!(false), json!("err\n"))
     );
     let out = h.sh(&id, "kill -TERM $$").await;
@@ -1157,13 +1302,19 @@ async fn env_is_inherited_and_layered() {
     let out = h.sh(&list, show).await;
     assert_eq!(out["stdout"], "1|2||/root|ws://localhost:49134\n");
     let out = h
-        .exec_ok(&list, json!({ "argv": ["sh", "-c", show], "env": { "B": "3", "C": "4" } }))
+        .exec_ok(
+            &list,
+            json!({ "argv": ["sh", "-c", show], "env": { "B": "3", "C": "4" } }),
+        )
         .await;
     assert_eq!(out["stdout"], "1|3|4|/root|ws://localhost:49134\n");
     let out = h
         .exec_ok(&list, json!({ "argv": ["sh", "-c", show], "env": ["C=5"] }))
         .await;
-    assert_eq!(out["stdout"], "1|2|5|/root|ws://localhost:49134\n", "exec env does not stick");
+    assert_eq!(
+        out["stdout"], "1|2|5|/root|ws://localhost:49134\n",
+        "exec env does not stick"
+    );
     let out = h.sh(&map, show).await;
     assert_eq!(out["stdout"], "x|y||/root|\n");
     let out = h.sh(&map, "echo $PATH").await;
@@ -1216,10 +1367,15 @@ async fn each_stream_is_cut_at_one_mib() {
 async fn python_has_pip_and_node_runs() {
     let h = default_harness().await;
     let id = h.python().await;
-    let out = h.exec_ok(&id, json!({ "cmd": "python3 -m pip --version" })).await;
+    let out = h
+        .exec_ok(&id, json!({ "cmd": "python3 -m pip --version" }))
+        .await;
     assert_eq!(out["exit_code"], 0, "{out}");
     let out = h
-        .exec_ok(&id, json!({ "cmd": "python3 -c 'import sys; print(sys.executable)'" }))
+        .exec_ok(
+            &id,
+            json!({ "cmd": "python3 -c 'import sys; print(sys.executable)'" }),
+        )
         .await;
     assert_eq!(out["stdout"], "/usr/bin/python3\n");
     h.finish().await;
@@ -1234,13 +1390,22 @@ async fn boot_delay_is_paid_by_the_first_call_only() {
     .await;
     let t = Instant::now();
     let id = h.python().await;
-    assert!(t.elapsed() < Duration::from_millis(1_500), "create waits for boot");
+    assert!(
+        t.elapsed() < Duration::from_millis(1_500),
+        "create waits for boot"
+    );
     let t = Instant::now();
     h.exec_ok(&id, json!({ "cmd": "true" })).await;
-    assert!(t.elapsed() >= Duration::from_millis(1_400), "first exec skipped boot");
+    assert!(
+        t.elapsed() >= Duration::from_millis(1_400),
+        "first exec skipped boot"
+    );
     let t = Instant::now();
     h.exec_ok(&id, json!({ "cmd": "true" })).await;
-    assert!(t.elapsed() < Duration::from_millis(1_500), "boot paid twice");
+    assert!(
+        t.elapsed() < Duration::from_millis(1_500),
+        "boot paid twice"
+    );
     h.finish().await;
 }
 
@@ -1311,7 +1476,10 @@ async fn run_creates_executes_and_stops() {
         )
         .await;
     assert_eq!(out["stdout"], "7\n", "{out}");
-    let kept = out["sandbox_id"].as_str().expect("kept sandbox id").to_string();
+    let kept = out["sandbox_id"]
+        .as_str()
+        .expect("kept sandbox id")
+        .to_string();
     assert_eq!(h.double().live().len(), 1);
     let shell = h
         .ok(
@@ -1350,14 +1518,20 @@ async fn run_errors_name_their_step() {
         .expect_err("S200");
     let v = s_error(&err);
     assert_eq!(v["code"], "S200");
-    let sid = v["fix"]["sandbox_id"].as_str().unwrap_or_default().to_string();
+    let sid = v["fix"]["sandbox_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert_eq!(
         v["message"],
         format!("during sandbox::run step `exec` (sandbox_id={sid}): exec timed out after 300 ms")
     );
     assert_eq!(v["fix"]["context"], "during sandbox::run step `exec`");
     assert!(v["fix_note"].is_null());
-    assert!(h.double().live().is_empty(), "a failed run stops its sandbox");
+    assert!(
+        h.double().live().is_empty(),
+        "a failed run stops its sandbox"
+    );
     h.finish().await;
 }
 
@@ -1386,11 +1560,60 @@ async fn shutdown_stops_every_sandbox_and_process() {
                 .await
         })
     };
-    let started = wait_for(Duration::from_secs(10), || async { !pids_with(&marker).is_empty() }).await;
+    let started = wait_for(Duration::from_secs(10), || async {
+        !pids_with(&marker).is_empty()
+    })
+    .await;
     assert!(started);
     h.finish().await;
     assert_eq!(pids_with(&marker), Vec::<String>::new());
     assert!(!scratch_of(&a).exists());
     assert!(!scratch_of(&b).exists());
     running.abort();
+}
+
+#[tokio::test]
+async fn dropping_the_double_without_shutdown_still_cleans_up() {
+    let mut h = default_harness().await;
+    let id = h.python().await;
+    let marker = sleep_marker();
+    let running = {
+        let caller = h.caller.clone();
+        let id = id.clone();
+        let marker = marker.clone();
+        tokio::spawn(async move {
+            caller
+                .trigger(TriggerRequest {
+                    function_id: "sandbox::exec".into(),
+                    payload: json!({ "sandbox_id": id, "argv": ["sleep", marker] }),
+                    action: None,
+                    timeout_ms: Some(60_000),
+                })
+                .await
+        })
+    };
+    let started = wait_for(Duration::from_secs(10), || async {
+        !pids_with(&marker).is_empty()
+    })
+    .await;
+    assert!(started);
+    drop(h.double.take());
+    assert_eq!(pids_with(&marker), Vec::<String>::new());
+    assert!(!scratch_of(&id).exists());
+    running.abort();
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn start_fails_clearly_without_an_engine() {
+    // Nothing listens on port 1.
+    let err = SandboxDouble::start("ws://127.0.0.1:1", SandboxLimits::default())
+        .await
+        .err()
+        .expect("no engine, no double");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot register `iii-sandbox` with the engine at ws://127.0.0.1:1: "),
+        "{text}"
+    );
 }

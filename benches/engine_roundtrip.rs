@@ -1,0 +1,74 @@
+//! Trigger round trip through the stand-in engine: a Rust SDK client calling
+//! a Rust SDK worker, the way `shared/spec/engine-protocol.md` measured the
+//! real engine (median 0.55 ms for the Rust SDK on a 2-core machine).
+//!
+//! `cargo bench --bench engine_roundtrip`
+
+use std::time::Duration;
+
+use code_runner_conformance::engine::StandInEngine;
+use criterion::{criterion_group, criterion_main, Criterion};
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::RegisterFunction;
+use serde_json::{json, Value};
+
+fn roundtrip(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (engine, caller, worker) = rt.block_on(async {
+        let engine = StandInEngine::start(0).await.expect("engine");
+        let worker = code_runner_conformance::client::connect(&engine.url(), "bench-worker")
+            .await
+            .expect("worker");
+        worker.register_function(
+            "bench::echo",
+            RegisterFunction::new_async(|v: Value| async move { Ok(v) }),
+        );
+        let caller = code_runner_conformance::client::connect(&engine.url(), "bench-caller")
+            .await
+            .expect("caller");
+        // Wait until the function is routable.
+        for _ in 0..500 {
+            let r = caller
+                .trigger(TriggerRequest {
+                    function_id: "bench::echo".into(),
+                    payload: json!({}),
+                    action: None,
+                    timeout_ms: Some(1_000),
+                })
+                .await;
+            if r.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (engine, caller, worker)
+    });
+    let mut group = c.benchmark_group("engine");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function("trigger_roundtrip_rust_sdk", |b| {
+        b.to_async(&rt).iter(|| async {
+            caller
+                .trigger(TriggerRequest {
+                    function_id: "bench::echo".into(),
+                    payload: json!({"msg": "hello"}),
+                    action: None,
+                    timeout_ms: Some(5_000),
+                })
+                .await
+                .expect("echo answers")
+        })
+    });
+    group.finish();
+    rt.block_on(async {
+        caller.shutdown_async().await;
+        worker.shutdown_async().await;
+        engine.shutdown().await;
+    });
+}
+
+criterion_group!(benches, roundtrip);
+criterion_main!(benches);
