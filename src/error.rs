@@ -175,7 +175,10 @@ mod tests {
     fn wire_envelope_puts_the_code_in_both_places() {
         let (code, message) = WorkerError::RuntimeNotFound("unknown runtime_id".into()).to_wire();
         assert_eq!(code, "sandbox-code-runner::runtime_not_found");
-        assert_eq!(message, "sandbox-code-runner::runtime_not_found: unknown runtime_id");
+        assert_eq!(
+            message,
+            "sandbox-code-runner::runtime_not_found: unknown runtime_id"
+        );
     }
 
     #[test]

@@ -307,7 +307,10 @@ mod tests {
         let out = format!("\u{1e}SCR1 {S} err {{\"type\":\"not_json\",\"message\":\"m\"}}\n");
         assert_eq!(
             parse_frame(&out, S),
-            Frame::Err { kind: "not_json".into(), message: "m".into() }
+            Frame::Err {
+                kind: "not_json".into(),
+                message: "m".into()
+            }
         );
     }
 

@@ -117,10 +117,9 @@ impl Namespace {
         if ns.len() > 64 {
             return Err(IdError::NamespaceTooLong);
         }
-        if !ns
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
-        {
+        if !ns.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        }) {
             return Err(IdError::NamespaceChars(ns.chars().take(80).collect()));
         }
         if ns.starts_with('.') || ns.contains("..") {
@@ -202,7 +201,10 @@ mod tests {
 
     #[test]
     fn long_namespace_is_refused() {
-        assert_eq!(Namespace::parse(&"a".repeat(65)).unwrap_err(), IdError::NamespaceTooLong);
+        assert_eq!(
+            Namespace::parse(&"a".repeat(65)).unwrap_err(),
+            IdError::NamespaceTooLong
+        );
         assert!(Namespace::parse(&"a".repeat(64)).is_ok());
     }
 

@@ -47,7 +47,10 @@ fn main() -> ExitCode {
         },
         None => Config::default(),
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -81,7 +84,13 @@ async fn serve(url: String, config: Config) -> ExitCode {
     );
     let bus = Arc::new(SdkBus::new(client.clone()));
     let sandbox: Arc<dyn SandboxApi> = Arc::new(BusSandbox::new(bus.clone()));
-    let manager = Manager::new(sandbox, bus.clone(), config, VmNaming::new(&owner), url.clone());
+    let manager = Manager::new(
+        sandbox,
+        bus.clone(),
+        config,
+        VmNaming::new(&owner),
+        url.clone(),
+    );
     functions::publish_all(bus.as_ref(), &manager);
     if let Err(e) = client.wait_until_registered(Duration::from_secs(30)).await {
         tracing::warn!(error = %e, %url, "not registered with the engine yet; the SDK keeps retrying");
@@ -90,7 +99,10 @@ async fn serve(url: String, config: Config) -> ExitCode {
 
     match manager.sweep_orphans().await {
         Ok(0) => {}
-        Ok(n) => tracing::info!(stopped = n, "stopped VMs a previous process of this owner left"),
+        Ok(n) => tracing::info!(
+            stopped = n,
+            "stopped VMs a previous process of this owner left"
+        ),
         Err(SandboxError::NotInstalled) => tracing::warn!(
             "!!! iii-sandbox is not connected: every call will fail until it is. {INSTALL_HINT}"
         ),
@@ -106,7 +118,10 @@ async fn serve(url: String, config: Config) -> ExitCode {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };

@@ -17,7 +17,9 @@ use crate::config::Config;
 use crate::error::{redact_uuids, WorkerError};
 use crate::guest::{self, Frame, InvokeMode};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
-use crate::sandbox::{CreateParams, ExecOutput, ExecParams, SandboxApi, SandboxError, INSTALL_HINT};
+use crate::sandbox::{
+    CreateParams, ExecOutput, ExecParams, SandboxApi, SandboxError, INSTALL_HINT,
+};
 use crate::wire::{RunResponse, TeardownResponse};
 
 /// Largest `code` or `source` accepted.
@@ -105,6 +107,9 @@ impl VmNaming {
     }
 }
 
+/// Serializes the creation of one namespace runtime.
+type NamespaceGate = Arc<tokio::sync::Mutex<()>>;
+
 /// The manager. Cheap to share: everything lives behind `Arc`.
 pub struct Manager {
     sandbox: Arc<dyn SandboxApi>,
@@ -113,7 +118,7 @@ pub struct Manager {
     naming: VmNaming,
     guest_engine_url: String,
     state: Mutex<State>,
-    namespace_locks: Mutex<HashMap<(Namespace, Lang), Arc<tokio::sync::Mutex<()>>>>,
+    namespace_locks: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
     seq: AtomicU64,
     me: Weak<Manager>,
 }
@@ -229,17 +234,24 @@ impl Manager {
                     .await;
                 match r {
                     Err(e) if vm_gone(&e) => return Err(e),
-                    Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the node SDK failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the node SDK failed")
+                    }
                     Ok(()) => {}
                 }
             }
             Lang::Python => {
                 let out = self
-                    .exec(sandbox_id, guest::python_sdk_install(self.config.sdk_install_timeout_ms))
+                    .exec(
+                        sandbox_id,
+                        guest::python_sdk_install(self.config.sdk_install_timeout_ms),
+                    )
                     .await;
                 match out {
                     Err(e) if vm_gone(&e) => return Err(e),
-                    Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed")
+                    }
                     Ok(o) if o.exit_code != Some(0) => tracing::warn!(
                         exit_code = ?o.exit_code,
                         stderr = %tail(&o.stderr, 400),
@@ -267,7 +279,13 @@ impl Manager {
     // ---- run ----
 
     /// `run` without a runtime: one-shot, or keep.
-    pub async fn run_fresh(&self, lang: Lang, code: &str, keep: bool, timeout_ms: u64) -> Result<RunResponse, WorkerError> {
+    pub async fn run_fresh(
+        &self,
+        lang: Lang,
+        code: &str,
+        keep: bool,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, WorkerError> {
         let sandbox_id = self
             .create_vm(lang)
             .await
@@ -277,7 +295,8 @@ impl Manager {
             if uses_iii {
                 self.prepare_sdk(&sandbox_id, lang).await?;
             }
-            self.exec(&sandbox_id, guest::run_exec(lang, code, timeout_ms)).await
+            self.exec(&sandbox_id, guest::run_exec(lang, code, timeout_ms))
+                .await
         }
         .await;
         let out = match outcome {
@@ -295,7 +314,11 @@ impl Manager {
                 lang,
                 namespace: None,
                 slot: tokio::sync::Mutex::new(Slot {
-                    sdk: if uses_iii { SdkState::Prepared } else { SdkState::Absent },
+                    sdk: if uses_iii {
+                        SdkState::Prepared
+                    } else {
+                        SdkState::Absent
+                    },
                 }),
                 functions: Mutex::new(HashMap::new()),
             });
@@ -313,7 +336,13 @@ impl Manager {
     }
 
     /// `run` in a kept runtime.
-    pub async fn run_in(&self, id: &RuntimeId, lang: Option<Lang>, code: &str, timeout_ms: u64) -> Result<RunResponse, WorkerError> {
+    pub async fn run_in(
+        &self,
+        id: &RuntimeId,
+        lang: Option<Lang>,
+        code: &str,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, WorkerError> {
         let rt = lock(&self.state)
             .runtimes
             .get(id)
@@ -323,7 +352,10 @@ impl Manager {
             if lang != rt.lang {
                 return Err(WorkerError::invalid(
                     "lang",
-                    format!("this runtime runs {}; omit `lang` or pass \"{}\"", rt.lang, rt.lang),
+                    format!(
+                        "this runtime runs {}; omit `lang` or pass \"{}\"",
+                        rt.lang, rt.lang
+                    ),
                 ));
             }
         }
@@ -333,7 +365,8 @@ impl Manager {
                 self.prepare_sdk(&rt.sandbox_id, rt.lang).await?;
                 slot.sdk = SdkState::Prepared;
             }
-            self.exec(&rt.sandbox_id, guest::run_exec(rt.lang, code, timeout_ms)).await
+            self.exec(&rt.sandbox_id, guest::run_exec(rt.lang, code, timeout_ms))
+                .await
         }
         .await;
         drop(slot);
@@ -382,7 +415,13 @@ impl Manager {
 
     /// Publishes a handler. Validation runs inside the namespace runtime
     /// before the id is published.
-    pub async fn register(&self, fid: FunctionId, lang: Lang, source: &str, description: Option<String>) -> Result<(), WorkerError> {
+    pub async fn register(
+        &self,
+        fid: FunctionId,
+        lang: Lang,
+        source: &str,
+        description: Option<String>,
+    ) -> Result<(), WorkerError> {
         let id = fid.as_str().to_string();
         {
             let mut st = lock(&self.state);
@@ -390,12 +429,20 @@ impl Manager {
                 return Err(WorkerError::invalid("function_id", "is already registered"));
             }
         }
-        let result = self.register_reserved(&fid, lang, source, description).await;
+        let result = self
+            .register_reserved(&fid, lang, source, description)
+            .await;
         lock(&self.state).reserved.remove(&id);
         result
     }
 
-    async fn register_reserved(&self, fid: &FunctionId, lang: Lang, source: &str, description: Option<String>) -> Result<(), WorkerError> {
+    async fn register_reserved(
+        &self,
+        fid: &FunctionId,
+        lang: Lang,
+        source: &str,
+        description: Option<String>,
+    ) -> Result<(), WorkerError> {
         let id = fid.as_str();
         // Anyone on the bus may own it already.
         match self
@@ -407,7 +454,12 @@ impl Manager {
             )
             .await
         {
-            Ok(_) => return Err(WorkerError::invalid("function_id", "is already registered on the bus")),
+            Ok(_) => {
+                return Err(WorkerError::invalid(
+                    "function_id",
+                    "is already registered on the bus",
+                ))
+            }
             Err(e) if e.code == "NOT_FOUND" => {}
             Err(e) => {
                 return Err(WorkerError::Engine(format!(
@@ -419,12 +471,17 @@ impl Manager {
         // A reaped namespace runtime is replaced once, transparently.
         for attempt in 0..2 {
             let (rt, fresh) = self.namespace_runtime(fid.namespace(), lang).await?;
-            match self.install_handler(&rt, fid, source, description.clone()).await {
+            match self
+                .install_handler(&rt, fid, source, description.clone())
+                .await
+            {
                 Err(InstallError::Gone) if attempt == 0 => {
                     self.expire(&rt);
                     continue;
                 }
-                Err(InstallError::Gone) => return Err(WorkerError::Expired(EXPIRED_FUNCTION.into())),
+                Err(InstallError::Gone) => {
+                    return Err(WorkerError::Expired(EXPIRED_FUNCTION.into()))
+                }
                 Err(InstallError::Worker(e)) => {
                     if fresh && lock(&rt.functions).is_empty() {
                         // Do not keep a VM for a namespace that holds nothing.
@@ -440,9 +497,16 @@ impl Manager {
     }
 
     /// The runtime of (namespace, lang), created on first use.
-    async fn namespace_runtime(&self, ns: &Namespace, lang: Lang) -> Result<(Arc<Runtime>, bool), WorkerError> {
+    async fn namespace_runtime(
+        &self,
+        ns: &Namespace,
+        lang: Lang,
+    ) -> Result<(Arc<Runtime>, bool), WorkerError> {
         let key = (ns.clone(), lang);
-        let gate = lock(&self.namespace_locks).entry(key.clone()).or_default().clone();
+        let gate = lock(&self.namespace_locks)
+            .entry(key.clone())
+            .or_default()
+            .clone();
         let _held = gate.lock().await;
         {
             let st = lock(&self.state);
@@ -460,7 +524,9 @@ impl Manager {
             sandbox_id: sandbox_id.clone(),
             lang,
             namespace: Some(ns.clone()),
-            slot: tokio::sync::Mutex::new(Slot { sdk: SdkState::Absent }),
+            slot: tokio::sync::Mutex::new(Slot {
+                sdk: SdkState::Absent,
+            }),
             functions: Mutex::new(HashMap::new()),
         });
         let mut st = lock(&self.state);
@@ -470,7 +536,13 @@ impl Manager {
         Ok((rt, true))
     }
 
-    async fn install_handler(&self, rt: &Arc<Runtime>, fid: &FunctionId, source: &str, description: Option<String>) -> Result<(), InstallError> {
+    async fn install_handler(
+        &self,
+        rt: &Arc<Runtime>,
+        fid: &FunctionId,
+        source: &str,
+        description: Option<String>,
+    ) -> Result<(), InstallError> {
         if lock(&rt.functions).len() >= MAX_FUNCTIONS_PER_RUNTIME {
             return Err(InstallError::Worker(WorkerError::invalid(
                 "function_id",
@@ -493,14 +565,24 @@ impl Manager {
             .await
             .map_err(gone_or)?;
         if slot.sdk == SdkState::Absent && guest::names_iii(source) {
-            self.prepare_sdk(&rt.sandbox_id, rt.lang).await.map_err(gone_or)?;
+            self.prepare_sdk(&rt.sandbox_id, rt.lang)
+                .await
+                .map_err(gone_or)?;
             slot.sdk = SdkState::Prepared;
         }
         let secret = guest::new_secret();
         let out = self
             .exec(
                 &rt.sandbox_id,
-                guest::invoke_exec(rt.lang, fid.as_str(), &path, InvokeMode::Check, &Value::Null, &secret, budget),
+                guest::invoke_exec(
+                    rt.lang,
+                    fid.as_str(),
+                    &path,
+                    InvokeMode::Check,
+                    &Value::Null,
+                    &secret,
+                    budget,
+                ),
             )
             .await
             .map_err(gone_or)?;
@@ -518,14 +600,20 @@ impl Manager {
             Frame::Missing => {
                 return Err(InstallError::Worker(WorkerError::invalid(
                     "source",
-                    format!("does not load (exit {:?}): {}", out.exit_code, tail(&out.stderr, 2000)),
+                    format!(
+                        "does not load (exit {:?}): {}",
+                        out.exit_code,
+                        tail(&out.stderr, 2000)
+                    ),
                 )))
             }
         }
         // Publish, then record: the handler looks itself up by id.
         let id = fid.as_str().to_string();
         lock(&rt.functions).insert(id.clone(), path);
-        lock(&self.state).functions.insert(id.clone(), rt.id.clone());
+        lock(&self.state)
+            .functions
+            .insert(id.clone(), rt.id.clone());
         let me = self.me.clone();
         let fn_id = id.clone();
         let handler: crate::bus::Handler = Arc::new(move |payload: Value| {
@@ -566,7 +654,10 @@ impl Manager {
         };
         let rt = {
             let st = lock(&self.state);
-            st.functions.get(function_id).and_then(|id| st.runtimes.get(id)).cloned()
+            st.functions
+                .get(function_id)
+                .and_then(|id| st.runtimes.get(id))
+                .cloned()
         }
         .ok_or_else(|| WorkerError::RuntimeNotFound("the function's runtime is gone".into()))?;
         let path = lock(&rt.functions)
@@ -579,7 +670,15 @@ impl Manager {
         let out = self
             .exec(
                 &rt.sandbox_id,
-                guest::invoke_exec(rt.lang, function_id, &path, InvokeMode::Call, &payload, &secret, budget),
+                guest::invoke_exec(
+                    rt.lang,
+                    function_id,
+                    &path,
+                    InvokeMode::Call,
+                    &payload,
+                    &secret,
+                    budget,
+                ),
             )
             .await;
         drop(slot);
@@ -627,7 +726,10 @@ impl Manager {
         })
     }
 
-    pub async fn teardown_namespace(&self, ns: &Namespace) -> Result<TeardownResponse, WorkerError> {
+    pub async fn teardown_namespace(
+        &self,
+        ns: &Namespace,
+    ) -> Result<TeardownResponse, WorkerError> {
         let rts: Vec<Arc<Runtime>> = {
             let st = lock(&self.state);
             st.namespaces

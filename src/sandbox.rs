@@ -136,7 +136,12 @@ pub trait SandboxApi: Send + Sync + 'static {
     async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError>;
     async fn stop(&self, sandbox_id: &str) -> Result<(), SandboxError>;
     async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError>;
-    async fn write_file(&self, sandbox_id: &str, path: &str, content: &str) -> Result<(), SandboxError>;
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<(), SandboxError>;
     fn costs(&self) -> &Costs;
 }
 
@@ -154,7 +159,12 @@ impl BusSandbox {
         }
     }
 
-    async fn call(&self, id: &str, payload: Value, timeout: Duration) -> Result<Value, SandboxError> {
+    async fn call(
+        &self,
+        id: &str,
+        payload: Value,
+        timeout: Duration,
+    ) -> Result<Value, SandboxError> {
         self.costs.calls.fetch_add(1, Ordering::Relaxed);
         self.bus
             .call(id, payload, timeout)
@@ -164,7 +174,10 @@ impl BusSandbox {
 }
 
 fn str_of(v: &Value, key: &str) -> String {
-    v.get(key).and_then(Value::as_str).unwrap_or_default().to_string()
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[async_trait::async_trait]
@@ -200,7 +213,8 @@ impl SandboxApi for BusSandbox {
             "timeout_ms": p.timeout_ms,
         });
         if let Some(stdin) = &p.stdin {
-            payload["stdin"] = Value::String(base64::engine::general_purpose::STANDARD.encode(stdin));
+            payload["stdin"] =
+                Value::String(base64::engine::general_purpose::STANDARD.encode(stdin));
         }
         if !p.env.is_empty() {
             payload["env"] = json!(p.env);
@@ -222,13 +236,19 @@ impl SandboxApi for BusSandbox {
     }
 
     async fn stop(&self, sandbox_id: &str) -> Result<(), SandboxError> {
-        self.call("sandbox::stop", json!({ "sandbox_id": sandbox_id }), CONTROL_TIMEOUT)
-            .await
-            .map(|_| ())
+        self.call(
+            "sandbox::stop",
+            json!({ "sandbox_id": sandbox_id }),
+            CONTROL_TIMEOUT,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
-        let out = self.call("sandbox::list", json!({}), CONTROL_TIMEOUT).await?;
+        let out = self
+            .call("sandbox::list", json!({}), CONTROL_TIMEOUT)
+            .await?;
         Ok(out
             .get("sandboxes")
             .and_then(Value::as_array)
@@ -243,7 +263,12 @@ impl SandboxApi for BusSandbox {
             .unwrap_or_default())
     }
 
-    async fn write_file(&self, sandbox_id: &str, path: &str, content: &str) -> Result<(), SandboxError> {
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<(), SandboxError> {
         self.costs
             .bytes_planted
             .fetch_add(content.len() as u64, Ordering::Relaxed);
@@ -278,14 +303,22 @@ mod tests {
         );
         let s = SandboxError::from_bus(e);
         assert_eq!(s.s_code(), Some("S002"));
-        assert!(matches!(s, SandboxError::Daemon { ref message, retryable: false, .. } if message == "sandbox not found: 6c1f"));
+        assert!(
+            matches!(s, SandboxError::Daemon { ref message, retryable: false, .. } if message == "sandbox not found: 6c1f")
+        );
     }
 
     #[test]
     fn missing_daemon_and_other_bus_errors_are_told_apart() {
-        let nf = BusError::new("function_not_found", "Function sandbox::create not found in namespace default.");
+        let nf = BusError::new(
+            "function_not_found",
+            "Function sandbox::create not found in namespace default.",
+        );
         assert_eq!(SandboxError::from_bus(nf), SandboxError::NotInstalled);
-        let ser = BusError::new("invocation_failed", "serialization error: missing field `image`");
+        let ser = BusError::new(
+            "invocation_failed",
+            "serialization error: missing field `image`",
+        );
         assert!(matches!(SandboxError::from_bus(ser), SandboxError::Bus(_)));
         let junk = BusError::new("invocation_failed", "handler error: {not json");
         assert!(matches!(SandboxError::from_bus(junk), SandboxError::Bus(_)));

@@ -136,11 +136,20 @@ mod tests {
     #[test]
     fn wrong_types_name_the_field() {
         let e = decode::<RunRequest>(json!({"code": 5})).unwrap_err();
-        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`code`")), "{e}");
+        assert!(
+            matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`code`")),
+            "{e}"
+        );
         let e = decode::<RunRequest>(json!({"code": "x", "lang": "ruby"})).unwrap_err();
-        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`lang`")), "{e}");
+        assert!(
+            matches!(&e, WorkerError::InvalidRequest(m) if m.contains("`lang`")),
+            "{e}"
+        );
         let e = decode::<RunRequest>(json!({})).unwrap_err();
-        assert!(matches!(&e, WorkerError::InvalidRequest(m) if m.contains("code")), "{e}");
+        assert!(
+            matches!(&e, WorkerError::InvalidRequest(m) if m.contains("code")),
+            "{e}"
+        );
         let e = decode::<RunRequest>(json!("code")).unwrap_err();
         assert!(matches!(e, WorkerError::InvalidRequest(_)));
     }
@@ -165,6 +174,9 @@ mod tests {
             duration_ms: 1,
             runtime_id: None,
         };
-        assert!(serde_json::to_value(&r).unwrap().get("runtime_id").is_none());
+        assert!(serde_json::to_value(&r)
+            .unwrap()
+            .get("runtime_id")
+            .is_none());
     }
 }

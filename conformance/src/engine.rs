@@ -316,6 +316,7 @@ fn now_ms() -> u128 {
 
 // ---- sockets ----
 
+#[allow(clippy::result_large_err)] // the handshake callback's signature is tungstenite's
 async fn serve_socket(stream: TcpStream, state: Shared) {
     let mut path = String::from("/");
     let ws = tokio_tungstenite::accept_hdr_async(stream, |req: &Request, resp: Response| {
@@ -424,7 +425,9 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
     let mut st = lock(state);
     match kind {
         "registerfunction" => {
-            let Some(id) = str_field(&msg, "id") else { return };
+            let Some(id) = str_field(&msg, "id") else {
+                return;
+            };
             let f = Function {
                 id: id.to_string(),
                 owner: from,
@@ -442,7 +445,9 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             }
         }
         "unregisterfunction" => {
-            let Some(id) = str_field(&msg, "id") else { return };
+            let Some(id) = str_field(&msg, "id") else {
+                return;
+            };
             let ns = worker_namespace(&st, from);
             let key = (ns, id.to_string());
             if st.functions.get(&key).map(|f| f.owner) == Some(from) {
@@ -454,7 +459,9 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
         }
         "invokefunction" => invoke(&mut st, from, msg),
         "invocationresult" => {
-            let Some(inv) = str_field(&msg, "invocation_id") else { return };
+            let Some(inv) = str_field(&msg, "invocation_id") else {
+                return;
+            };
             if let Some(p) = st.pending.get(inv) {
                 if p.callee != from {
                     return;
@@ -476,7 +483,9 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             }
         }
         "registertriggertype" => {
-            let Some(id) = str_field(&msg, "id") else { return };
+            let Some(id) = str_field(&msg, "id") else {
+                return;
+            };
             st.trigger_types.insert(
                 id.to_string(),
                 TriggerType {
@@ -496,14 +505,18 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             }
         }
         "unregistertriggertype" => {
-            let Some(id) = str_field(&msg, "id") else { return };
+            let Some(id) = str_field(&msg, "id") else {
+                return;
+            };
             if st.trigger_types.get(id).map(|t| t.owner) == Some(from) {
                 st.trigger_types.remove(id);
             }
         }
         "registertrigger" => register_trigger(&mut st, from, &msg),
         "unregistertrigger" => {
-            let Some(id) = str_field(&msg, "id") else { return };
+            let Some(id) = str_field(&msg, "id") else {
+                return;
+            };
             if let Some(b) = st.triggers.remove(id) {
                 if let Some(t) = st.trigger_types.get(&b.trigger_type) {
                     send(&st, t.owner, unbind_frame(&b));
@@ -680,7 +693,12 @@ fn disconnect(state: &Shared, gone: Uuid) {
     for (inv, p) in stopped {
         st.pending.remove(&inv);
         if p.callee == gone && p.caller != gone {
-            let frame = error_frame(&inv, &p.function_id, "invocation_stopped", "Invocation stopped");
+            let frame = error_frame(
+                &inv,
+                &p.function_id,
+                "invocation_stopped",
+                "Invocation stopped",
+            );
             send(&st, p.caller, frame);
         }
     }
@@ -714,7 +732,10 @@ fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
         return;
     };
     let invocation_id = str_field(&msg, "invocation_id").map(str::to_string);
-    let action = msg.get("action").and_then(|a| a.get("type")).and_then(Value::as_str);
+    let action = msg
+        .get("action")
+        .and_then(|a| a.get("type"))
+        .and_then(Value::as_str);
     let data = msg.get("data").cloned().unwrap_or(Value::Null);
     let namespace = str_field(&msg, "namespace")
         .unwrap_or(DEFAULT_NAMESPACE)
@@ -737,7 +758,11 @@ fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
             let message = format!(
                 "No queue provider is installed. `TriggerAction::Enqueue` routes through the `engine::queue::enqueue` provider, which the standalone queue worker registers. Add it with `iii worker add queue`. (underlying: Function engine::queue::enqueue not found in namespace {DEFAULT_NAMESPACE})"
             );
-            send(st, from, error_frame(inv, &function_id, "enqueue_error", &message));
+            send(
+                st,
+                from,
+                error_frame(inv, &function_id, "enqueue_error", &message),
+            );
         }
         return;
     }
@@ -759,7 +784,11 @@ fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
                     elsewhere.join(", ")
                 ));
             }
-            send(st, from, error_frame(inv, &function_id, "function_not_found", &message));
+            send(
+                st,
+                from,
+                error_frame(inv, &function_id, "function_not_found", &message),
+            );
         }
         return;
     };
@@ -854,7 +883,9 @@ fn register_worker_name(st: &mut State, from: Uuid, data: &Value) {
         let owner = st
             .workers
             .iter()
-            .find(|(id, w)| **id != from && w.name.as_deref() == Some(name) && w.namespace == namespace)
+            .find(|(id, w)| {
+                **id != from && w.name.as_deref() == Some(name) && w.namespace == namespace
+            })
             .map(|(id, _)| *id);
         if let Some(owner) = owner {
             let frame = json!({
@@ -891,7 +922,10 @@ fn is_internal(f: &Function) -> bool {
 }
 
 fn functions_list(st: &State, data: &Value) -> Value {
-    let search = data.get("search").and_then(Value::as_str).map(str::to_lowercase);
+    let search = data
+        .get("search")
+        .and_then(Value::as_str)
+        .map(str::to_lowercase);
     let prefix = data.get("prefix").and_then(Value::as_str);
     let worker = data.get("worker").and_then(Value::as_str);
     let include_internal = data

@@ -19,7 +19,8 @@ pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
 
 fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
-    serde_json::to_value(v).map_err(|e| WorkerError::Engine(format!("cannot encode the response: {e}")))
+    serde_json::to_value(v)
+        .map_err(|e| WorkerError::Engine(format!("cannot encode the response: {e}")))
 }
 
 /// Publishes the three functions, with their schemas.

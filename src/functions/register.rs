@@ -25,17 +25,26 @@ pub fn spec() -> FunctionSpec {
 
 pub async fn handle(m: &Manager, payload: Value) -> Result<RegisterResponse, WorkerError> {
     let req: RegisterRequest = decode(payload)?;
-    let fid = FunctionId::parse(&req.function_id).map_err(|e| WorkerError::invalid("function_id", e))?;
+    let fid =
+        FunctionId::parse(&req.function_id).map_err(|e| WorkerError::invalid("function_id", e))?;
     if req.source.trim().is_empty() {
         return Err(WorkerError::invalid("source", "must not be empty"));
     }
     if req.source.len() > MAX_SOURCE_BYTES {
         return Err(WorkerError::invalid("source", "is larger than 1 MiB"));
     }
-    if req.description.as_ref().is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES) {
-        return Err(WorkerError::invalid("description", "is longer than 4096 bytes"));
+    if req
+        .description
+        .as_ref()
+        .is_some_and(|d| d.len() > MAX_DESCRIPTION_BYTES)
+    {
+        return Err(WorkerError::invalid(
+            "description",
+            "is longer than 4096 bytes",
+        ));
     }
-    m.register(fid, req.lang, &req.source, req.description).await?;
+    m.register(fid, req.lang, &req.source, req.description)
+        .await?;
     Ok(RegisterResponse {
         function_id: req.function_id,
         registered: true,

@@ -32,7 +32,11 @@ pub async fn handle(m: &Manager, payload: Value) -> Result<TeardownResponse, Wor
             let ns = Namespace::parse(ns).map_err(|e| WorkerError::invalid("namespace", e))?;
             m.teardown_namespace(&ns).await
         }
-        (Some(_), Some(_)) => Err(WorkerError::InvalidRequest(format!("got both; {EXACTLY_ONE}"))),
-        (None, None) => Err(WorkerError::InvalidRequest(format!("got neither; {EXACTLY_ONE}"))),
+        (Some(_), Some(_)) => Err(WorkerError::InvalidRequest(format!(
+            "got both; {EXACTLY_ONE}"
+        ))),
+        (None, None) => Err(WorkerError::InvalidRequest(format!(
+            "got neither; {EXACTLY_ONE}"
+        ))),
     }
 }
