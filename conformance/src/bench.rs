@@ -40,12 +40,12 @@ impl Bench {
         let (engine, url) = match options.engine {
             Some(url) => (None, url),
             None => {
-                let engine = StandInEngine::start(options.port)
-                    .await
-                    .map_err(|source| BenchError::Bind {
+                let engine = StandInEngine::start(options.port).await.map_err(|source| {
+                    BenchError::Bind {
                         port: options.port,
                         source,
-                    })?;
+                    }
+                })?;
                 let url = engine.url();
                 (Some(engine), url)
             }

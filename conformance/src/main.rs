@@ -5,7 +5,10 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = code_runner_conformance::cli::Cli::parse();
     code_runner_conformance::cli::init_tracing();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

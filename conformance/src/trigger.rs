@@ -126,7 +126,10 @@ mod tests {
     #[test]
     fn json_wins_and_bad_input_is_named() {
         assert_eq!(payload(&[], Some(r#"{"a":1}"#)).unwrap(), json!({"a":1}));
-        assert!(matches!(payload(&[], Some("{")), Err(PayloadError::BadJson(_))));
+        assert!(matches!(
+            payload(&[], Some("{")),
+            Err(PayloadError::BadJson(_))
+        ));
         assert_eq!(
             payload(&["novalue".into()], None),
             Err(PayloadError::NotKeyValue("novalue".into()))

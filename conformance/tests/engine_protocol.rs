@@ -33,7 +33,10 @@ fn remote_code(err: &Error) -> Option<String> {
 async fn wait_visible(c: &iii_sdk::IIIClient, function_id: &str) {
     let visible = wait_for(Duration::from_secs(10), || async {
         let r = c
-            .trigger(req("engine::functions::info", json!({ "function_id": function_id })))
+            .trigger(req(
+                "engine::functions::info",
+                json!({ "function_id": function_id }),
+            ))
             .await;
         r.is_ok()
     })
@@ -105,14 +108,20 @@ async fn protocol_checks(url: &str) {
     match &err {
         Error::Remote { code, message, .. } => {
             assert_eq!(code, "function_not_found");
-            assert_eq!(message, "Function demo::missing not found in namespace default.");
+            assert_eq!(
+                message,
+                "Function demo::missing not found in namespace default."
+            );
         }
         other => panic!("expected function_not_found, got {other:?}"),
     }
 
     // engine::functions::info returns the registered schemas, renamed.
     let info = caller
-        .trigger(req("engine::functions::info", json!({ "function_id": "demo::echo" })))
+        .trigger(req(
+            "engine::functions::info",
+            json!({ "function_id": "demo::echo" }),
+        ))
         .await
         .expect("info answers");
     assert_eq!(info["function_id"], "demo::echo");
@@ -127,7 +136,10 @@ async fn protocol_checks(url: &str) {
         json!({"type":"object","properties":{"echo":{}}})
     );
     let err = caller
-        .trigger(req("engine::functions::info", json!({ "function_id": "nope::x" })))
+        .trigger(req(
+            "engine::functions::info",
+            json!({ "function_id": "nope::x" }),
+        ))
         .await
         .expect_err("unknown id");
     assert_eq!(remote_code(&err).as_deref(), Some("NOT_FOUND"));
@@ -245,7 +257,9 @@ async fn real_engine_fidelity() {
         .expect("real engine starts");
     let url = format!("ws://127.0.0.1:{port}");
     let up = wait_for(Duration::from_secs(30), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
     })
     .await;
     assert!(up, "real engine accepts connections on {url}");
@@ -264,7 +278,9 @@ async fn ping_is_answered_with_pong() {
     let hello = ws.next().await.expect("greeting").expect("frame");
     let hello: Value = serde_json::from_str(hello.to_text().unwrap()).unwrap();
     assert_eq!(hello["type"], "workerregistered");
-    ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await.unwrap();
+    ws.send(Message::Text(r#"{"type":"ping"}"#.into()))
+        .await
+        .unwrap();
     let pong = ws.next().await.expect("pong").expect("frame");
     assert_eq!(pong.to_text().unwrap(), r#"{"type":"pong"}"#);
     ws.send(Message::Ping(vec![1u8, 2].into())).await.unwrap();

@@ -86,12 +86,9 @@ impl SCode {
             SCode::S100 | SCode::S400 => "config",
             SCode::S200 => "execution",
             SCode::S218 => "transient",
-            SCode::S210
-            | SCode::S211
-            | SCode::S212
-            | SCode::S213
-            | SCode::S215
-            | SCode::S216 => "filesystem",
+            SCode::S210 | SCode::S211 | SCode::S212 | SCode::S213 | SCode::S215 | SCode::S216 => {
+                "filesystem"
+            }
             SCode::S300 => "platform",
         }
     }
@@ -295,7 +292,10 @@ mod tests {
     fn handler_error_prefix_is_the_sdks() {
         let err: iii_sdk::Error = SandboxError::ExecTimedOut(500).into();
         let text = err.to_string();
-        assert!(text.starts_with("handler error: {\"code\":\"S200\""), "{text}");
+        assert!(
+            text.starts_with("handler error: {\"code\":\"S200\""),
+            "{text}"
+        );
     }
 
     #[test]
@@ -320,6 +320,9 @@ mod tests {
         let p = e.payload();
         assert_eq!(p["code"], "S211");
         assert_eq!(p["fix"], json!({"parents": true}));
-        assert_eq!(p["message"], "parent directory not found: parent not found: /a");
+        assert_eq!(
+            p["message"],
+            "parent directory not found: parent not found: /a"
+        );
     }
 }

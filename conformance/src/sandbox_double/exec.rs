@@ -27,8 +27,7 @@ use super::registry::Registry;
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 300_000;
 
 /// PATH of a guest whose env sets none: the daemon's default guest PATH.
-pub const DEFAULT_GUEST_PATH: &str =
-    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_GUEST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// HOME of every guest.
 pub const GUEST_HOME: &str = "/root";
@@ -399,6 +398,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
         env,
         workdir,
         stdin,
+        network: guest.network,
     };
     if !d.registry.is_live(id) {
         return Err(SandboxError::BootFailed(VM_GONE.to_string()));

@@ -283,7 +283,11 @@ fn mkdir_all(root: &OwnedFd, guest: &Path) -> std::io::Result<OwnedFd> {
         dir = match open_dir(root, &current) {
             Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o777)) {
+                match nix::sys::stat::mkdirat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    Mode::from_bits_truncate(0o777),
+                ) {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -592,7 +596,8 @@ mod tests {
     #[test]
     fn read_only_binds_are_readable() {
         let f = Fixture::new();
-        let r = read_file(f.view(), "/etc/hostname").or_else(|_| read_file(f.view(), "/etc/passwd"));
+        let r =
+            read_file(f.view(), "/etc/hostname").or_else(|_| read_file(f.view(), "/etc/passwd"));
         assert!(r.is_ok_and(|r| r.body.is_some()));
     }
 
@@ -641,7 +646,10 @@ mod tests {
         assert_eq!(meta.mode() & 0o7777, 0o700);
         assert_eq!(
             code(make_dir(f.view(), "/newdir", "0755", false)),
-            (SCode::S213, "already exists: path already exists: /newdir".into())
+            (
+                SCode::S213,
+                "already exists: path already exists: /newdir".into()
+            )
         );
         assert_eq!(
             make_dir(f.view(), "/newdir", "0755", true),

@@ -84,7 +84,7 @@ impl GuestView {
             .unwrap_or_default();
         if SPECIAL.contains(&first.as_str()) {
             Region::Special
-        } else if self.read_only.iter().any(|r| *r == first) {
+        } else if self.read_only.contains(&first) {
             Region::ReadOnly
         } else {
             Region::Scratch

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use hakoniwa::{Container, Runctl, Stdio};
+use hakoniwa::{Container, Namespace, Runctl, Stdio};
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
@@ -50,7 +50,9 @@ const INIT_FAILURE: i32 = 125;
 const CAP_SYS_ADMIN: libc::c_ulong = 21;
 
 /// Top-level host directories a guest may see. `usr` and `etc` are required.
-const HOST_DIRS: [&str; 8] = ["usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "libx32"];
+const HOST_DIRS: [&str; 8] = [
+    "usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "libx32",
+];
 
 /// How the host's top level maps into every sandbox.
 #[derive(Debug, Clone)]
@@ -169,6 +171,9 @@ pub struct ExecSpec {
     pub workdir: String,
     /// Bytes fed to stdin before EOF.
     pub stdin: Vec<u8>,
+    /// Share the host's network namespace (`network:true`). Otherwise the
+    /// exec gets a private one with only loopback, as a VM without a NIC.
+    pub network: bool,
 }
 
 /// How an exec ended.
@@ -333,6 +338,7 @@ impl Isolation {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             workdir: "/".into(),
             stdin: Vec::new(),
+            network: true,
         };
         let result = async {
             let running = self
@@ -359,6 +365,26 @@ impl Isolation {
             if stdout != "1" {
                 return Err(format!(
                     "the guest program's parent is pid {stdout:?}, not the namespace's init"
+                ));
+            }
+            // `network:false` sandboxes need a private network namespace.
+            let offline = ExecSpec {
+                argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
+                network: false,
+                ..spec.clone()
+            };
+            let running = self
+                .spawn(&scratch, &offline)
+                .await
+                .map_err(|e| format!("cannot spawn into a private network namespace: {e}"))?;
+            let outcome = tokio::time::timeout(Duration::from_secs(20), running.outcome())
+                .await
+                .map_err(|_| "a network-less probe process did not finish in 20 s".to_string())?;
+            if outcome.exit != ExitKind::Code(0) {
+                return Err(format!(
+                    "a network-less probe process failed ({:?}): {}",
+                    outcome.exit,
+                    String::from_utf8_lossy(&outcome.stderr).trim()
                 ));
             }
             Ok(())
@@ -478,8 +504,17 @@ impl Isolation {
             container.bindmount_ro(&p, &p);
         }
         container.devfsmount("/dev");
+        let network = spec.network;
+        if !network {
+            container.unshare(Namespace::Network);
+        }
 
-        let init = move || -> i32 { run_init(&program, &argv, &envp, &argv0) };
+        let init = move || -> i32 {
+            if !network {
+                loopback_up();
+            }
+            run_init(&program, &argv, &envp, &argv0)
+        };
         // SAFETY: the closure runs in the namespace's PID 1 after fork, in a
         // single-threaded process. It only calls async-signal-safe libc
         // functions (fork, execve, waitpid, write, _exit, prctl) plus
@@ -497,6 +532,27 @@ impl Drop for Isolation {
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Brings `lo` up in a fresh network namespace (it starts down), so
+/// guest-local loopback works as in a VM without a network device.
+fn loopback_up() {
+    // SAFETY: a throwaway socket and two ioctls on a zeroed, NUL-terminated
+    // `ifreq` naming "lo"; every return value is checked or ignored safely.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return;
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req);
+        }
+        libc::close(fd);
     }
 }
 
@@ -639,6 +695,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             workdir: "/".into(),
             stdin: Vec::new(),
+            network: true,
         }
     }
 
@@ -671,12 +728,32 @@ mod tests {
         let a = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch a");
         let b = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch b");
         let write = "mkdir -p /node_modules/x /newdir && echo 1 > /tmp/f && echo 2 > /node_modules/x/y && echo 3 > /newdir/z";
-        let o = iso.spawn(&a, &sh(write)).await.expect("spawn").outcome().await;
-        assert_eq!(o.exit, ExitKind::Code(0), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = iso
+            .spawn(&a, &sh(write))
+            .await
+            .expect("spawn")
+            .outcome()
+            .await;
+        assert_eq!(
+            o.exit,
+            ExitKind::Code(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let read = "cat /tmp/f /node_modules/x/y /newdir/z";
-        let o = iso.spawn(&a, &sh(read)).await.expect("spawn").outcome().await;
+        let o = iso
+            .spawn(&a, &sh(read))
+            .await
+            .expect("spawn")
+            .outcome()
+            .await;
         assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n2\n3\n");
-        let o = iso.spawn(&b, &sh(read)).await.expect("spawn").outcome().await;
+        let o = iso
+            .spawn(&b, &sh(read))
+            .await
+            .expect("spawn")
+            .outcome()
+            .await;
         assert_eq!(o.exit, ExitKind::Code(1));
         assert!(o.stdout.is_empty());
         let _ = a.remove();
@@ -687,9 +764,18 @@ mod tests {
     async fn signals_map_to_128_plus_and_background_jobs_die_with_the_exec() {
         let iso = Isolation::new().expect("isolation");
         let s = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch");
-        let o = iso.spawn(&s, &sh("kill -9 $$")).await.expect("spawn").outcome().await;
+        let o = iso
+            .spawn(&s, &sh("kill -9 $$"))
+            .await
+            .expect("spawn")
+            .outcome()
+            .await;
         assert_eq!(o.exit, ExitKind::Code(137));
-        let marker = format!("{}.{}", 4000 + rand::random::<u16>() % 1000, rand::random::<u32>());
+        let marker = format!(
+            "{}.{}",
+            4000 + rand::random::<u16>() % 1000,
+            rand::random::<u32>()
+        );
         let o = iso
             .spawn(&s, &sh(&format!("sleep {marker} & echo started")))
             .await
@@ -697,7 +783,10 @@ mod tests {
             .outcome()
             .await;
         assert_eq!(o.exit, ExitKind::Code(0));
-        assert!(pids_with(&marker).is_empty(), "background job survived its exec");
+        assert!(
+            pids_with(&marker).is_empty(),
+            "background job survived its exec"
+        );
         let _ = s.remove();
     }
 
@@ -705,7 +794,11 @@ mod tests {
     async fn kill_and_wait_leaves_no_process() {
         let iso = Isolation::new().expect("isolation");
         let s = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch");
-        let marker = format!("{}.{}", 5000 + rand::random::<u16>() % 1000, rand::random::<u32>());
+        let marker = format!(
+            "{}.{}",
+            5000 + rand::random::<u16>() % 1000,
+            rand::random::<u32>()
+        );
         let script = format!("sh -c 'sleep {marker}' & sleep {marker}; echo never");
         let running = iso.spawn(&s, &sh(&script)).await.expect("spawn");
         let handle = running.handle.clone();
@@ -714,7 +807,9 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
-        assert!(tokio::time::timeout(Duration::from_secs(10), appeared).await.is_ok());
+        assert!(tokio::time::timeout(Duration::from_secs(10), appeared)
+            .await
+            .is_ok());
         assert!(handle.kill_and_wait(Duration::from_secs(5)).await);
         assert_eq!(pids_with(&marker), Vec::<String>::new());
         let o = running.outcome().await;

@@ -52,9 +52,8 @@ impl Daemon {
 
 /// Parses a `sandbox_id`, S001 when it is not a UUID.
 pub fn parse_id(raw: &str) -> Result<Uuid, SandboxError> {
-    Uuid::parse_str(raw).map_err(|_| {
-        SandboxError::InvalidRequest(format!("sandbox_id is not a valid UUID: {raw}"))
-    })
+    Uuid::parse_str(raw)
+        .map_err(|_| SandboxError::InvalidRequest(format!("sandbox_id is not a valid UUID: {raw}")))
 }
 
 /// Waits until the modelled guest boot is over.
@@ -112,10 +111,7 @@ pub struct CreateResponse {
 
 /// Handles `sandbox::create`, checking in the daemon's order: capacity
 /// (S400), image (S100), env names (S001).
-pub async fn handle_create(
-    d: &Daemon,
-    req: CreateRequest,
-) -> Result<CreateResponse, SandboxError> {
+pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateResponse, SandboxError> {
     let capacity = d.limits.max_concurrent_sandboxes;
     if d.registry.count() >= capacity {
         return Err(capacity_error(capacity));
@@ -139,13 +135,11 @@ pub async fn handle_create(
         req.idle_timeout_secs
             .unwrap_or(d.limits.default_idle_timeout_secs),
         Duration::from_millis(d.limits.boot_delay_ms),
+        req.network == Some(true),
         scratch,
         parse_kv(&env),
     );
-    if let Err((err, entry)) = d.registry.insert(id, entry, capacity) {
-        let _ = entry.scratch.remove();
-        return Err(err);
-    }
+    d.registry.insert(id, entry, capacity)?;
     Ok(CreateResponse {
         sandbox_id: id.to_string(),
         image: req.image,

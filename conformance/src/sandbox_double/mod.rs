@@ -89,25 +89,32 @@ impl SandboxDouble {
         engine_url: &str,
         limits: SandboxLimits,
     ) -> Result<SandboxDouble, SandboxDoubleError> {
+        let isolation = Isolation::new().map_err(SandboxDoubleError::IsolationUnavailable)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("iii-sandbox-double")
             .enable_all()
             .build()
             .map_err(SandboxDoubleError::Runtime)?;
-
-        let isolation = Isolation::new().map_err(SandboxDoubleError::IsolationUnavailable)?;
         let probe = runtime.spawn(async move {
             let r = isolation.probe().await;
             (isolation, r)
         });
-        let (isolation, probed) = probe
-            .await
-            .map_err(|e| SandboxDoubleError::IsolationUnavailable(e.to_string()))?;
-        if let Err(reason) = probed {
-            runtime.shutdown_background();
-            return Err(SandboxDoubleError::IsolationUnavailable(reason));
-        }
+        // On failure the runtime is shut down explicitly: dropping one
+        // inside async code panics.
+        let isolation = match probe.await {
+            Ok((isolation, Ok(()))) => isolation,
+            Ok((_, Err(reason))) => {
+                runtime.shutdown_background();
+                return Err(SandboxDoubleError::IsolationUnavailable(reason));
+            }
+            Err(e) => {
+                runtime.shutdown_background();
+                return Err(SandboxDoubleError::IsolationUnavailable(format!(
+                    "the isolation probe crashed: {e}"
+                )));
+            }
+        };
 
         let daemon = Arc::new(Daemon::new(isolation, limits));
         let client = register_worker(
@@ -197,7 +204,7 @@ impl SandboxDouble {
         if let Some(rt) = self.runtime.as_ref() {
             let stopping = rt.spawn(async move {
                 let grace = daemon.stop_grace();
-                let all = daemon.registry.claim_all();
+                let all = daemon.registry.close_and_claim_all();
                 let stops = all
                     .into_iter()
                     .map(|work| {
@@ -231,7 +238,7 @@ impl Drop for SandboxDouble {
             return;
         };
         self.reaper.abort();
-        for work in self.daemon.registry.claim_all() {
+        for work in self.daemon.registry.close_and_claim_all() {
             work.kill_now();
         }
         // `shutdown_async` never actually suspends: polling it once runs it.

@@ -10,6 +10,7 @@
 //! flight, which protects it for a further `max_exec_timeout_ms` + 60 s.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,8 @@ pub struct Entry {
     pub stopped: bool,
     /// When the modelled guest boot completes.
     pub ready_at: Instant,
+    /// Created with `network:true`: execs share the host's network.
+    pub network: bool,
     pub scratch: Arc<Scratch>,
     /// Create-time environment, inherited by every exec.
     pub env: Arc<Vec<(String, String)>>,
@@ -50,6 +53,7 @@ impl Entry {
         image: String,
         idle_timeout_secs: u64,
         boot_delay: Duration,
+        network: bool,
         scratch: Scratch,
         env: Vec<(String, String)>,
     ) -> Entry {
@@ -63,6 +67,7 @@ impl Entry {
             idle_timeout_secs,
             stopped: false,
             ready_at: now + boot_delay,
+            network,
             scratch: Arc::new(scratch),
             env: Arc::new(env),
             procs: HashMap::new(),
@@ -78,6 +83,7 @@ pub struct Guest {
     pub scratch: Arc<Scratch>,
     pub env: Arc<Vec<(String, String)>>,
     pub ready_at: Instant,
+    pub network: bool,
 }
 
 /// One row of `sandbox::list`.
@@ -129,6 +135,8 @@ pub struct Registry {
     inner: Mutex<HashMap<Uuid, Entry>>,
     exec_cap: u32,
     exec_ended: Notify,
+    /// Set at shutdown: no new sandbox may appear after the final sweep.
+    closed: AtomicBool,
 }
 
 impl Registry {
@@ -139,6 +147,7 @@ impl Registry {
             inner: Mutex::new(HashMap::new()),
             exec_cap: u32::try_from(exec_cap).unwrap_or(u32::MAX).max(1),
             exec_ended: Notify::new(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -154,11 +163,23 @@ impl Registry {
         self.lock().len()
     }
 
-    /// Adds a sandbox unless that would exceed `capacity`.
-    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), (SandboxError, Entry)> {
+    /// Adds a sandbox unless that would exceed `capacity` (or the registry
+    /// is closed); a refused sandbox's scratch directory is deleted.
+    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), SandboxError> {
         let mut map = self.lock();
-        if map.len() >= capacity {
-            return Err((capacity_error(capacity), entry));
+        let refusal = if self.closed.load(Ordering::SeqCst) {
+            Some(SandboxError::BootFailed(
+                "the sandbox daemon is shutting down".into(),
+            ))
+        } else if map.len() >= capacity {
+            Some(capacity_error(capacity))
+        } else {
+            None
+        };
+        if let Some(err) = refusal {
+            drop(map);
+            let _ = entry.scratch.remove();
+            return Err(err);
         }
         map.insert(id, entry);
         Ok(())
@@ -261,13 +282,13 @@ impl Registry {
         Some(claim(id, e))
     }
 
-    /// Claims every live sandbox, for shutdown.
-    pub fn claim_all(&self) -> Vec<StopWork> {
+    /// Refuses every later `insert` and claims every sandbox, including
+    /// those another task is already stopping (that task may be cancelled
+    /// by the shutdown; stopping twice is harmless).
+    pub fn close_and_claim_all(&self) -> Vec<StopWork> {
         let mut map = self.lock();
-        map.iter_mut()
-            .filter(|(_, e)| !e.stopped)
-            .map(|(id, e)| claim(*id, e))
-            .collect()
+        self.closed.store(true, Ordering::SeqCst);
+        map.iter_mut().map(|(id, e)| claim(*id, e)).collect()
     }
 
     /// Ids of every entry.
@@ -366,6 +387,7 @@ fn guest_of(id: Uuid, e: &Entry) -> Guest {
         scratch: e.scratch.clone(),
         env: e.env.clone(),
         ready_at: e.ready_at,
+        network: e.network,
     }
 }
 
@@ -414,6 +436,7 @@ mod tests {
                 "python".into(),
                 idle_secs,
                 Duration::ZERO,
+                false,
                 scratch,
                 vec![],
             ),
@@ -435,17 +458,42 @@ mod tests {
         let reg = Registry::new(4);
         let (a, ea) = entry(300);
         let (b, eb) = entry(300);
+        let b_scratch = eb.scratch.path().to_path_buf();
         assert!(reg.insert(a, ea, 1).is_ok());
-        let Err((err, eb)) = reg.insert(b, eb, 1) else {
-            panic!("second insert must fail at capacity 1");
-        };
+        let err = reg
+            .insert(b, eb, 1)
+            .expect_err("second insert must fail at capacity 1");
         assert_eq!(err.code(), SCode::S400);
         assert_eq!(
             err.to_string(),
             "resource limit exceeded: max_concurrent_sandboxes (1) reached"
         );
-        let _ = eb.scratch.remove();
+        assert!(!b_scratch.exists(), "a refused sandbox leaves no scratch");
         cleanup(&reg);
+    }
+
+    #[test]
+    fn closing_claims_everything_and_refuses_new_sandboxes() {
+        let reg = Registry::new(4);
+        let (a, ea) = entry(300);
+        let (b, eb) = entry(300);
+        assert!(reg.insert(a, ea, 8).is_ok());
+        assert!(reg.insert(b, eb, 8).is_ok());
+        assert!(matches!(reg.begin_stop(a), Ok(StopClaim::Claimed(_))));
+        let claimed = reg.close_and_claim_all();
+        assert_eq!(
+            claimed.len(),
+            2,
+            "a sandbox already stopping is claimed too"
+        );
+        let (c, ec) = entry(300);
+        let c_scratch = ec.scratch.path().to_path_buf();
+        let err = reg.insert(c, ec, 8).expect_err("closed");
+        assert_eq!(err.code(), SCode::S300);
+        assert!(!c_scratch.exists());
+        for w in claimed {
+            let _ = w.scratch.remove();
+        }
     }
 
     #[test]
@@ -459,7 +507,10 @@ mod tests {
         reg.end_exec(id);
         assert!(reg.begin_exec(id).is_ok());
         let s = &reg.summaries()[0];
-        assert_eq!((s.exec_in_flight, s.exec_slots_free, s.exec_in_progress), (2, 0, true));
+        assert_eq!(
+            (s.exec_in_flight, s.exec_slots_free, s.exec_in_progress),
+            (2, 0, true)
+        );
         cleanup(&reg);
     }
 
@@ -495,7 +546,9 @@ mod tests {
         assert!(reg.insert(id, e, 8).is_ok());
         let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
         let grace = Duration::from_secs(100);
-        assert!(reg.claim_for_reap(id, t0 + Duration::from_secs(5), grace).is_none());
+        assert!(reg
+            .claim_for_reap(id, t0 + Duration::from_secs(5), grace)
+            .is_none());
         assert!(reg
             .claim_for_reap(id, t0 + Duration::from_millis(5001), grace)
             .is_some());
@@ -510,7 +563,9 @@ mod tests {
         assert!(reg.begin_exec(id).is_ok());
         let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
         let grace = Duration::from_secs(10);
-        assert!(reg.claim_for_reap(id, t0 + Duration::from_secs(11), grace).is_none());
+        assert!(reg
+            .claim_for_reap(id, t0 + Duration::from_secs(11), grace)
+            .is_none());
         assert!(reg
             .claim_for_reap(id, t0 + Duration::from_millis(11_001), grace)
             .is_some());
@@ -550,7 +605,10 @@ mod tests {
         };
         let started = Instant::now();
         reg.finish_stop(work, Duration::from_millis(50)).await;
-        assert!(started.elapsed() >= Duration::from_millis(50), "grace is paid");
+        assert!(
+            started.elapsed() >= Duration::from_millis(50),
+            "grace is paid"
+        );
         assert!(!path.exists());
         assert_eq!(reg.count(), 0);
         assert_eq!(code(reg.begin_exec(id)), Some(SCode::S002));

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use iii_sdk::{register_worker, IIIClient, InitOptions, WorkerIdentityMode};
 use iii_sdk::runtime::WorkerMetadata;
+use iii_sdk::{register_worker, IIIClient, InitOptions, WorkerIdentityMode};
 
 /// Connects a Rust SDK client with an explicit, unique worker name: two
 /// clients in one process would otherwise share `host:pid` and the engine
