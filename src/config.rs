@@ -24,6 +24,26 @@ pub struct Config {
     /// host name). At boot, VMs named for this owner but another process are
     /// orphans and get stopped; give replicas on one host distinct owners.
     pub vm_owner: Option<String>,
+    /// Pre-booted VMs kept per language (0 disables the pool). Each is
+    /// created with the same parameters as any run's VM and warmed by one
+    /// cheap exec, so a run that takes it does not pay the guest's boot.
+    pub warm_pool: usize,
+    /// When a one-shot VM is stopped.
+    pub oneshot_stop: OneshotStop,
+}
+
+/// When the VM of a one-shot run is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OneshotStop {
+    /// Before the response is sent: the contract's default. The caller pays
+    /// the daemon's stop (~200 ms on the real one).
+    #[default]
+    BeforeResponse,
+    /// After the response: the VM is already unaddressable (no runtime_id
+    /// exists), but it holds its capacity slot ~200 ms longer, and a crash in
+    /// that window leaves an orphan for the next boot's sweep.
+    Background,
 }
 
 impl Default for Config {
@@ -35,6 +55,8 @@ impl Default for Config {
             max_stream_bytes: 16_384,
             sdk_install_timeout_ms: 120_000,
             vm_owner: None,
+            warm_pool: 1,
+            oneshot_stop: OneshotStop::BeforeResponse,
         }
     }
 }
@@ -118,6 +140,16 @@ mod tests {
     fn unknown_keys_are_refused_by_name() {
         let err = Config::parse("default_timeout_ms: 10\nmax_timout_ms: 5\n").unwrap_err();
         assert!(err.contains("max_timout_ms"), "{err}");
+    }
+
+    #[test]
+    fn fast_path_knobs_parse() {
+        let c = Config::parse("warm_pool: 3\noneshot_stop: background\n").unwrap();
+        assert_eq!(c.warm_pool, 3);
+        assert_eq!(c.oneshot_stop, OneshotStop::Background);
+        assert!(Config::parse("oneshot_stop: later\n").is_err());
+        assert_eq!(Config::default().warm_pool, 1);
+        assert_eq!(Config::default().oneshot_stop, OneshotStop::BeforeResponse);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod error;
 pub mod functions;
 pub mod guest;
 pub mod ids;
+pub mod pool;
 pub mod runtime;
 pub mod sandbox;
 pub mod wire;

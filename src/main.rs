@@ -109,6 +109,8 @@ async fn serve(url: String, config: Config) -> ExitCode {
         Err(e) => tracing::warn!(error = %e, "could not list sandboxes for the orphan sweep"),
     }
 
+    manager.start_pool();
+
     wait_for_signal().await;
     tracing::info!("shutting down: stopping every VM this worker owns");
     manager.shutdown().await;

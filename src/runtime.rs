@@ -13,12 +13,14 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bus::{Bus, FunctionSpec};
-use crate::config::Config;
+use crate::config::{Config, OneshotStop};
 use crate::error::{redact_uuids, WorkerError};
 use crate::guest::{self, Frame, InvokeMode};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
+use crate::pool::WarmPool;
 use crate::sandbox::{
-    CreateParams, ExecOutput, ExecParams, SandboxApi, SandboxError, INSTALL_HINT,
+    charge, charged, current_charge, CreateParams, ExecOutput, ExecParams, OpTotals, SandboxApi,
+    SandboxError, INSTALL_HINT,
 };
 use crate::wire::{RunResponse, TeardownResponse};
 
@@ -120,7 +122,37 @@ pub struct Manager {
     state: Mutex<State>,
     namespace_locks: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
     seq: AtomicU64,
+    pool: WarmPool,
+    stats: Stats,
     me: Weak<Manager>,
+}
+
+/// Per-operation cost totals: what each kind of operation spent on the daemon.
+#[derive(Default)]
+pub struct Stats {
+    pub run: Arc<OpTotals>,
+    pub register_function: Arc<OpTotals>,
+    pub teardown: Arc<OpTotals>,
+    pub handler_call: Arc<OpTotals>,
+    /// Warm-pool refills, which no caller waits for.
+    pub pool: Arc<OpTotals>,
+}
+
+impl Stats {
+    /// `{op: {ops, sandbox_calls, bytes_planted}}`.
+    pub fn to_json(&self) -> Value {
+        let one = |t: &OpTotals| {
+            let (ops, calls, bytes) = t.snapshot();
+            serde_json::json!({"ops": ops, "sandbox_calls": calls, "bytes_planted": bytes})
+        };
+        serde_json::json!({
+            "run": one(&self.run),
+            "register_function": one(&self.register_function),
+            "teardown": one(&self.teardown),
+            "handler_call": one(&self.handler_call),
+            "pool": one(&self.pool),
+        })
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,7 +199,10 @@ impl Manager {
         naming: VmNaming,
         guest_engine_url: String,
     ) -> Arc<Manager> {
+        let pool = WarmPool::new(config.warm_pool);
         Arc::new_cyclic(|me| Manager {
+            pool,
+            stats: Stats::default(),
             sandbox,
             bus,
             config,
@@ -188,6 +223,16 @@ impl Manager {
         &self.sandbox
     }
 
+    /// What each kind of operation cost.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Ready warm VMs of `lang`.
+    pub fn pool_ready(&self, lang: Lang) -> usize {
+        self.pool.ready(lang)
+    }
+
     /// Number of live runtime records (for tests and metrics).
     pub fn runtime_count(&self) -> usize {
         lock(&self.state).runtimes.len()
@@ -195,22 +240,107 @@ impl Manager {
 
     // ---- VMs ----
 
-    async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
-        let params = CreateParams {
+    fn create_params(&self, lang: Lang) -> CreateParams {
+        CreateParams {
             image: lang.image().to_string(),
             name: self.naming.vm_name(),
             idle_timeout_secs: self.config.idle_ttl_secs,
             // The guest's `iii` rides the sandbox network gateway.
             network: true,
             env: [("III_URL".to_string(), self.guest_engine_url.clone())].into(),
-        };
-        let id = self.sandbox.create(params).await?;
+        }
+    }
+
+    /// A fresh VM, held in `transient` until a record takes it or it stops.
+    async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
+        charge(1, 0);
+        let id = self.sandbox.create(self.create_params(lang)).await?;
         lock(&self.state).transient.insert(id.clone());
         Ok(id)
     }
 
+    /// A VM for one tenant: a warm one if the pool has it, else a fresh one.
+    /// Capacity pressure drains the pool before the caller sees `capacity`.
+    async fn acquire_vm(&self, lang: Lang) -> Result<(String, bool), SandboxError> {
+        let taken = self.pool.take(lang);
+        self.refill(lang);
+        if let Some(id) = taken {
+            lock(&self.state).transient.insert(id.clone());
+            return Ok((id, true));
+        }
+        match self.create_vm(lang).await {
+            Err(e) if e.s_code() == Some("S400") => {
+                if self.drain_pool().await == 0 {
+                    return Err(e);
+                }
+                self.create_vm(lang).await.map(|id| (id, false))
+            }
+            other => other.map(|id| (id, false)),
+        }
+    }
+
+    /// Tops the pool of `lang` up in the background.
+    fn refill(&self, lang: Lang) {
+        let missing = self.pool.reserve(lang);
+        let Some(me) = self.me.upgrade() else { return };
+        for _ in 0..missing {
+            let me = me.clone();
+            let totals = Some(self.stats.pool.clone());
+            tokio::spawn(charged(totals, async move {
+                let warmed = me.warm_one(lang).await;
+                if let Some(back) = me.pool.arrive(lang, warmed) {
+                    me.stop_vm(&back).await;
+                }
+            }));
+        }
+    }
+
+    /// Boots one pooled VM: create, then one cheap exec that pays the boot.
+    async fn warm_one(&self, lang: Lang) -> Option<String> {
+        charge(1, 0);
+        let id = match self.sandbox.create(self.create_params(lang)).await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: create failed");
+                return None;
+            }
+        };
+        let warm = ExecParams {
+            argv: vec!["true".into()],
+            timeout_ms: 60_000,
+            ..ExecParams::default()
+        };
+        match self.exec(&id, warm).await {
+            Ok(_) => Some(id),
+            Err(e) => {
+                tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: warm-up exec failed");
+                lock(&self.state).transient.insert(id.clone());
+                self.stop_vm(&id).await;
+                None
+            }
+        }
+    }
+
+    /// Stops every ready pooled VM; returns how many.
+    async fn drain_pool(&self) -> usize {
+        let ids = self.pool.drain();
+        let n = ids.len();
+        for id in &ids {
+            lock(&self.state).transient.insert(id.clone());
+        }
+        futures_util::future::join_all(ids.iter().map(|id| self.stop_vm(id))).await;
+        n
+    }
+
+    /// Fills the pool at boot.
+    pub fn start_pool(&self) {
+        self.refill(Lang::Node);
+        self.refill(Lang::Python);
+    }
+
     /// Stops a VM and forgets it. A VM the daemon already dropped is fine.
     async fn stop_vm(&self, sandbox_id: &str) {
+        charge(1, 0);
         match self.sandbox.stop(sandbox_id).await {
             Ok(()) => {}
             Err(e) if vm_gone(&e) => {}
@@ -219,8 +349,30 @@ impl Manager {
         lock(&self.state).transient.remove(sandbox_id);
     }
 
+    /// The stop of a one-shot VM: before the response (default), or after it.
+    async fn stop_oneshot(&self, sandbox_id: String) {
+        match (self.config.oneshot_stop, self.me.upgrade()) {
+            (OneshotStop::Background, Some(me)) => {
+                let to = current_charge();
+                tokio::spawn(charged(to, async move { me.stop_vm(&sandbox_id).await }));
+            }
+            _ => self.stop_vm(&sandbox_id).await,
+        }
+    }
+
     async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        charge(1, 0);
         self.sandbox.exec(sandbox_id, p).await
+    }
+
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<(), SandboxError> {
+        charge(1, content.len() as u64);
+        self.sandbox.write_file(sandbox_id, path, content).await
     }
 
     /// Makes the guest SDK available, once per VM, for code that names `iii`.
@@ -229,7 +381,6 @@ impl Manager {
         match lang {
             Lang::Node => {
                 let r = self
-                    .sandbox
                     .write_file(sandbox_id, guest::NODE_SDK_PATH, guest::NODE_SDK_BUNDLE)
                     .await;
                 match r {
@@ -286,24 +437,33 @@ impl Manager {
         keep: bool,
         timeout_ms: u64,
     ) -> Result<RunResponse, WorkerError> {
-        let sandbox_id = self
-            .create_vm(lang)
-            .await
-            .map_err(|e| infra_error(e, timeout_ms))?;
         let uses_iii = guest::names_iii(code);
-        let outcome = async {
-            if uses_iii {
-                self.prepare_sdk(&sandbox_id, lang).await?;
-            }
-            self.exec(&sandbox_id, guest::run_exec(lang, code, timeout_ms))
+        let mut attempt = 0;
+        let (sandbox_id, out) = loop {
+            attempt += 1;
+            let (sandbox_id, pooled) = self
+                .acquire_vm(lang)
                 .await
-        }
-        .await;
-        let out = match outcome {
-            Ok(out) => out,
-            Err(e) => {
-                self.stop_vm(&sandbox_id).await;
-                return Err(infra_error(e, timeout_ms));
+                .map_err(|e| infra_error(e, timeout_ms))?;
+            let outcome = async {
+                if uses_iii {
+                    self.prepare_sdk(&sandbox_id, lang).await?;
+                }
+                self.exec(&sandbox_id, guest::run_exec(lang, code, timeout_ms))
+                    .await
+            }
+            .await;
+            match outcome {
+                Ok(out) => break (sandbox_id, out),
+                // A pooled VM reaped while it waited is replaced silently.
+                Err(e) if pooled && vm_gone(&e) && attempt == 1 => {
+                    lock(&self.state).transient.remove(&sandbox_id);
+                    continue;
+                }
+                Err(e) => {
+                    self.stop_vm(&sandbox_id).await;
+                    return Err(infra_error(e, timeout_ms));
+                }
             }
         };
         if keep && out.exit_code == Some(0) {
@@ -330,8 +490,12 @@ impl Manager {
             tracing::info!(lang = %lang, "kept a runtime");
             return Ok(self.response(out, Some(id.expose().to_string())));
         }
-        // One-shot, or a failed keep run: the VM is gone before we answer.
-        self.stop_vm(&sandbox_id).await;
+        // One-shot, or a failed keep run: the VM never serves anyone again.
+        if keep {
+            self.stop_vm(&sandbox_id).await;
+        } else {
+            self.stop_oneshot(sandbox_id).await;
+        }
         Ok(self.response(out, None))
     }
 
@@ -514,8 +678,8 @@ impl Manager {
                 return Ok((rt.clone(), false));
             }
         }
-        let sandbox_id = self
-            .create_vm(lang)
+        let (sandbox_id, _pooled) = self
+            .acquire_vm(lang)
             .await
             .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
         let id = RuntimeId::generate();
@@ -560,8 +724,7 @@ impl Manager {
                 InstallError::Worker(infra_error(e, budget))
             }
         };
-        self.sandbox
-            .write_file(&rt.sandbox_id, &path, source)
+        self.write_file(&rt.sandbox_id, &path, source)
             .await
             .map_err(gone_or)?;
         if slot.sdk == SdkState::Absent && guest::names_iii(source) {
@@ -621,7 +784,11 @@ impl Manager {
             let fn_id = fn_id.clone();
             Box::pin(async move {
                 match me.upgrade() {
-                    Some(m) => m.invoke(&fn_id, payload).await,
+                    Some(m) => {
+                        let totals = m.stats.handler_call.clone();
+                        totals.ops.fetch_add(1, Ordering::Relaxed);
+                        charged(Some(totals), m.invoke(&fn_id, payload)).await
+                    }
                     None => Err(WorkerError::Engine("the worker is shutting down".into())),
                 }
             })
@@ -761,6 +928,7 @@ impl Manager {
 
     /// Stops what a crashed predecessor of this owner left running.
     pub async fn sweep_orphans(&self) -> Result<usize, SandboxError> {
+        charge(1, 0);
         let listed = self.sandbox.list().await?;
         let mut stopped = 0;
         for s in listed {
@@ -774,6 +942,11 @@ impl Manager {
 
     /// Stops every VM this worker owns and unpublishes every function.
     pub async fn shutdown(&self) {
+        let pooled = self.pool.close();
+        {
+            let mut st = lock(&self.state);
+            st.transient.extend(pooled);
+        }
         let (rts, transient): (Vec<Arc<Runtime>>, Vec<String>) = {
             let st = lock(&self.state);
             (
@@ -787,6 +960,10 @@ impl Manager {
             ids.push(rt.sandbox_id.clone());
         }
         futures_util::future::join_all(ids.iter().map(|id| self.stop_vm(id))).await;
+        // VMs still warming are handed back on arrival and stopped there.
+        self.pool.settle(Duration::from_secs(30)).await;
+        let late: Vec<String> = lock(&self.state).transient.iter().cloned().collect();
+        futures_util::future::join_all(late.iter().map(|id| self.stop_vm(id))).await;
     }
 }
 

@@ -120,6 +120,52 @@ pub struct Costs {
     pub bytes_planted: AtomicU64,
 }
 
+/// Totals of one kind of operation (a bus function, the warm pool): how
+/// many ran, and the `sandbox::*` calls and planted bytes they cost,
+/// background work they started included.
+#[derive(Debug, Default)]
+pub struct OpTotals {
+    pub ops: AtomicU64,
+    pub calls: AtomicU64,
+    pub bytes_planted: AtomicU64,
+}
+
+impl OpTotals {
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.ops.load(Ordering::Relaxed),
+            self.calls.load(Ordering::Relaxed),
+            self.bytes_planted.load(Ordering::Relaxed),
+        )
+    }
+}
+
+tokio::task_local! {
+    /// The operation the current task works for; sandbox calls are charged to it.
+    pub static CHARGE_TO: Arc<OpTotals>;
+}
+
+/// Charges a call (and planted bytes) to the current operation, if any.
+pub fn charge(calls: u64, bytes: u64) {
+    let _ = CHARGE_TO.try_with(|t| {
+        t.calls.fetch_add(calls, Ordering::Relaxed);
+        t.bytes_planted.fetch_add(bytes, Ordering::Relaxed);
+    });
+}
+
+/// The operation the current task is charged to, to carry into spawned work.
+pub fn current_charge() -> Option<Arc<OpTotals>> {
+    CHARGE_TO.try_with(Arc::clone).ok()
+}
+
+/// Runs `fut` charged to `to` (or uncharged).
+pub async fn charged<F: std::future::Future>(to: Option<Arc<OpTotals>>, fut: F) -> F::Output {
+    match to {
+        Some(t) => CHARGE_TO.scope(t, fut).await,
+        None => fut.await,
+    }
+}
+
 impl Costs {
     pub fn snapshot(&self) -> (u64, u64) {
         (

@@ -19,20 +19,35 @@ fn code(e: &common::CallError) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shot_print() {
     let h = Harness::start("").await;
-    let out = h.run(json!({"lang": "python", "code": "print(2+2)"})).await.unwrap();
+    let out = h
+        .run(json!({"lang": "python", "code": "print(2+2)"}))
+        .await
+        .unwrap();
     assert_eq!(out["stdout"], "4\n");
     assert_eq!(out["stderr"], "");
     assert_eq!(out["exit_code"], 0);
     assert_eq!(out["success"], true);
     assert!(out["duration_ms"].is_u64());
-    assert!(out.get("runtime_id").is_none(), "one-shot answers carry no runtime_id");
-    assert_eq!(h.live_sandboxes(), 0, "the one-shot VM is stopped before the answer");
+    assert!(
+        out.get("runtime_id").is_none(),
+        "one-shot answers carry no runtime_id"
+    );
+    assert_eq!(
+        h.live_sandboxes(),
+        0,
+        "the one-shot VM is stopped before the answer"
+    );
 
     let out = h
-        .run(json!({"lang": "node", "code": "const x = await Promise.resolve(6*7); console.log(x)"}))
+        .run(
+            json!({"lang": "node", "code": "const x = await Promise.resolve(6*7); console.log(x)"}),
+        )
         .await
         .unwrap();
-    assert_eq!(out["stdout"], "42\n", "node code is an ES module with top-level await");
+    assert_eq!(
+        out["stdout"], "42\n",
+        "node code is an ES module with top-level await"
+    );
 
     let out = h
         .run(json!({"lang": "python", "code": "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)"}))
@@ -51,7 +66,10 @@ async fn keep_then_reuse_shares_files_not_variables() {
         .run(json!({"lang": "python", "code": "x = 41\nopen('/tmp/x','w').write('hello')\nprint(2+2)", "keep": true}))
         .await
         .unwrap();
-    let id = out["runtime_id"].as_str().expect("keep returns runtime_id").to_string();
+    let id = out["runtime_id"]
+        .as_str()
+        .expect("keep returns runtime_id")
+        .to_string();
     assert!(id.starts_with("rt-"));
     let out = h
         .run(json!({"runtime_id": id, "code": "print(open(\"/tmp/x\").read())"}))
@@ -63,7 +81,10 @@ async fn keep_then_reuse_shares_files_not_variables() {
         .run(json!({"runtime_id": id, "code": "print(x)"}))
         .await
         .unwrap();
-    assert_eq!(out["success"], false, "variables do not survive between runs");
+    assert_eq!(
+        out["success"], false,
+        "variables do not survive between runs"
+    );
     assert!(out["stderr"].as_str().unwrap().contains("NameError"));
     let e = h
         .run(json!({"runtime_id": id, "lang": "node", "code": "1"}))
@@ -73,10 +94,18 @@ async fn keep_then_reuse_shares_files_not_variables() {
     assert_eq!(h.live_sandboxes(), 1);
 
     let t = h.call(TEARDOWN, json!({"runtime_id": id})).await.unwrap();
-    assert_eq!(t, json!({"runtime_id": id, "torn_down": true, "unregistered": []}));
-    let e = h.run(json!({"runtime_id": id, "code": "1"})).await.unwrap_err();
+    assert_eq!(
+        t,
+        json!({"runtime_id": id, "torn_down": true, "unregistered": []})
+    );
+    let e = h
+        .run(json!({"runtime_id": id, "code": "1"}))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
-    assert!(e.message.starts_with("sandbox-code-runner::runtime_not_found"));
+    assert!(e
+        .message
+        .starts_with("sandbox-code-runner::runtime_not_found"));
     h.finish(0).await;
 }
 
@@ -110,7 +139,10 @@ async fn register_call_and_teardown_a_namespace() {
         )
         .await
         .unwrap();
-    assert_eq!(out, json!({"function_id": "my-app::double", "registered": true}));
+    assert_eq!(
+        out,
+        json!({"function_id": "my-app::double", "registered": true})
+    );
     let v = h.call("my-app::double", json!({"n": 21})).await.unwrap();
     assert_eq!(v, json!({"doubled": 42}));
 
@@ -121,8 +153,15 @@ async fn register_call_and_teardown_a_namespace() {
     )
     .await
     .unwrap();
-    let v = h.call("my-app::echo", json!({"a": [1, "x"]})).await.unwrap();
-    assert_eq!(v, json!({"a": [1, "x"]}), "_caller_worker_id stripped, prints not returned");
+    let v = h
+        .call("my-app::echo", json!({"a": [1, "x"]}))
+        .await
+        .unwrap();
+    assert_eq!(
+        v,
+        json!({"a": [1, "x"]}),
+        "_caller_worker_id stripped, prints not returned"
+    );
 
     // Taken ids, across languages.
     let e = h
@@ -138,7 +177,12 @@ async fn register_call_and_teardown_a_namespace() {
     )
     .await
     .unwrap();
-    assert_eq!(h.call("my-app::greet", json!({"name": "ada"})).await.unwrap(), json!({"hi": "ada"}));
+    assert_eq!(
+        h.call("my-app::greet", json!({"name": "ada"}))
+            .await
+            .unwrap(),
+        json!({"hi": "ada"})
+    );
     assert_eq!(h.live_sandboxes(), 2);
 
     // Handler failures.
@@ -161,14 +205,20 @@ async fn register_call_and_teardown_a_namespace() {
 
     // No handler: refused, never published.
     let e = h
-        .call(REGISTER, json!({"function_id": "my-app::none", "lang": "python", "source": "x = 1"}))
+        .call(
+            REGISTER,
+            json!({"function_id": "my-app::none", "lang": "python", "source": "x = 1"}),
+        )
         .await
         .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::invalid_request");
     let e = h.call("my-app::none", json!({})).await.unwrap_err();
     assert_eq!(code(&e), "function_not_found");
 
-    let t = h.call(TEARDOWN, json!({"namespace": "my-app"})).await.unwrap();
+    let t = h
+        .call(TEARDOWN, json!({"namespace": "my-app"}))
+        .await
+        .unwrap();
     assert_eq!(
         t,
         json!({
@@ -179,7 +229,10 @@ async fn register_call_and_teardown_a_namespace() {
     );
     let e = h.call("my-app::double", json!({"n": 1})).await.unwrap_err();
     assert_eq!(code(&e), "function_not_found");
-    let e = h.call(TEARDOWN, json!({"namespace": "my-app::"})).await.unwrap_err();
+    let e = h
+        .call(TEARDOWN, json!({"namespace": "my-app::"}))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
     h.finish(0).await;
 }
@@ -190,9 +243,19 @@ async fn teardown_needs_exactly_one_address() {
     for payload in [json!({}), json!({"runtime_id": "rt-x", "namespace": "a"})] {
         let e = h.call(TEARDOWN, payload).await.unwrap_err();
         assert_eq!(code(&e), "sandbox-code-runner::invalid_request");
-        assert!(e.message.contains("runtime_id") && e.message.contains("namespace"), "{}", e.message);
+        assert!(
+            e.message.contains("runtime_id") && e.message.contains("namespace"),
+            "{}",
+            e.message
+        );
     }
-    let e = h.call(TEARDOWN, json!({"runtime_id": "rt-00000000-0000-4000-8000-000000000000"})).await.unwrap_err();
+    let e = h
+        .call(
+            TEARDOWN,
+            json!({"runtime_id": "rt-00000000-0000-4000-8000-000000000000"}),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
     h.finish(0).await;
 }
@@ -200,52 +263,99 @@ async fn teardown_needs_exactly_one_address() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaped_runtimes_expire_lazily() {
     let h = Harness::start("idle_ttl_secs: 1\n").await;
-    let out = h.run(json!({"lang": "python", "code": "print(1)", "keep": true})).await.unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
-    h.call(REGISTER, json!({"function_id": "ttl-app::double", "lang": "python", "source": DOUBLE}))
+    let out = h
+        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
         .await
         .unwrap();
-    let reaped = wait_for(Duration::from_secs(20), || async { h.live_sandboxes() == 0 }).await;
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    h.call(
+        REGISTER,
+        json!({"function_id": "ttl-app::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    let reaped = wait_for(Duration::from_secs(20), || async {
+        h.live_sandboxes() == 0
+    })
+    .await;
     assert!(reaped, "the daemon reaps idle VMs");
     // Lazy: the stale function is still listed until something calls it.
     let engine = h.bench.engine().unwrap();
-    assert!(engine.function_ids("default").contains(&"ttl-app::double".to_string()));
-    let e = h.call("ttl-app::double", json!({"n": 1})).await.unwrap_err();
+    assert!(engine
+        .function_ids("default")
+        .contains(&"ttl-app::double".to_string()));
+    let e = h
+        .call("ttl-app::double", json!({"n": 1}))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::expired");
     let gone = wait_for(Duration::from_secs(10), || async {
-        !engine.function_ids("default").contains(&"ttl-app::double".to_string())
+        !engine
+            .function_ids("default")
+            .contains(&"ttl-app::double".to_string())
     })
     .await;
     assert!(gone, "expired functions are unregistered");
-    let e = h.run(json!({"runtime_id": id, "code": "1"})).await.unwrap_err();
-    assert_eq!(code(&e), "sandbox-code-runner::expired");
-    let e = h.run(json!({"runtime_id": id, "code": "1"})).await.unwrap_err();
-    assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found", "the id is forgotten after expiry");
-    // The namespace's next registration boots a fresh runtime.
-    h.call(REGISTER, json!({"function_id": "ttl-app::double", "lang": "python", "source": DOUBLE}))
+    let e = h
+        .run(json!({"runtime_id": id, "code": "1"}))
         .await
-        .unwrap();
-    assert_eq!(h.call("ttl-app::double", json!({"n": 2})).await.unwrap(), json!({"doubled": 4}));
+        .unwrap_err();
+    assert_eq!(code(&e), "sandbox-code-runner::expired");
+    let e = h
+        .run(json!({"runtime_id": id, "code": "1"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&e),
+        "sandbox-code-runner::runtime_not_found",
+        "the id is forgotten after expiry"
+    );
+    // The namespace's next registration boots a fresh runtime.
+    h.call(
+        REGISTER,
+        json!({"function_id": "ttl-app::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        h.call("ttl-app::double", json!({"n": 2})).await.unwrap(),
+        json!({"doubled": 4})
+    );
     h.finish(1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_forgets_ids_and_sweeps_orphans() {
     let mut h = Harness::start("vm_owner: e2e-restart\n").await;
-    let out = h.run(json!({"lang": "python", "code": "print(1)", "keep": true})).await.unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
-    h.call(REGISTER, json!({"function_id": "rs-app::double", "lang": "python", "source": DOUBLE}))
+    let out = h
+        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
         .await
         .unwrap();
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    h.call(
+        REGISTER,
+        json!({"function_id": "rs-app::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     assert_eq!(h.live_sandboxes(), 2);
     h.crash_worker().await;
     assert_eq!(h.live_sandboxes(), 2, "a crash leaves its VMs behind");
     h.spawn_worker().await;
-    let swept = wait_for(Duration::from_secs(20), || async { h.live_sandboxes() == 0 }).await;
+    let swept = wait_for(Duration::from_secs(20), || async {
+        h.live_sandboxes() == 0
+    })
+    .await;
     assert!(swept, "the next boot stops the orphans of its predecessor");
-    let e = h.run(json!({"runtime_id": id, "code": "1"})).await.unwrap_err();
+    let e = h
+        .run(json!({"runtime_id": id, "code": "1"}))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
-    let e = h.call(TEARDOWN, json!({"namespace": "rs-app"})).await.unwrap_err();
+    let e = h
+        .call(TEARDOWN, json!({"namespace": "rs-app"}))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
     h.finish(0).await;
 }
@@ -259,7 +369,10 @@ async fn timeouts_are_errors_and_clamped() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::timeout");
-    assert!(started.elapsed() < Duration::from_secs(20), "the default is clamped to the max");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the default is clamped to the max"
+    );
     assert_eq!(h.live_sandboxes(), 0);
     h.finish(0).await;
 }
@@ -284,13 +397,20 @@ async fn guest_iii_from_node_runs_and_handlers() {
         h.run(json!({"lang": "node", "code": code, "timeout_ms": 20000}))
     );
     for out in [a.unwrap(), b.unwrap()] {
-        assert_eq!(out["stdout"], "sandbox-code-runner::run\n", "stderr: {}", out["stderr"]);
+        assert_eq!(
+            out["stdout"], "sandbox-code-runner::run\n",
+            "stderr: {}",
+            out["stderr"]
+        );
     }
 
     // A handler that calls another runtime's function through iii.
-    h.call(REGISTER, json!({"function_id": "calc::double", "lang": "python", "source": DOUBLE}))
-        .await
-        .unwrap();
+    h.call(
+        REGISTER,
+        json!({"function_id": "calc::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     h.call(
         REGISTER,
         json!({
@@ -301,7 +421,10 @@ async fn guest_iii_from_node_runs_and_handlers() {
     )
     .await
     .unwrap();
-    assert_eq!(h.call("front::quad", json!({"n": 5})).await.unwrap(), json!({"quad": 20}));
+    assert_eq!(
+        h.call("front::quad", json!({"n": 5})).await.unwrap(),
+        json!({"quad": 20})
+    );
     h.finish(2).await;
 }
 
@@ -337,7 +460,11 @@ async fn guest_iii_from_python() {
         }))
         .await
         .unwrap();
-    assert_eq!(out["stdout"], "sandbox-code-runner::run\n", "stderr: {}", out["stderr"]);
+    assert_eq!(
+        out["stdout"], "sandbox-code-runner::run\n",
+        "stderr: {}",
+        out["stderr"]
+    );
     h.call(REGISTER, json!({"function_id": "calc::double", "lang": "node", "source": "export const handler = p => ({doubled: p.n * 2})"}))
         .await
         .unwrap();
@@ -351,7 +478,10 @@ async fn guest_iii_from_python() {
     )
     .await
     .unwrap();
-    assert_eq!(h.call("py-front::quad", json!({"n": 5})).await.unwrap(), json!({"quad": 20}));
+    assert_eq!(
+        h.call("py-front::quad", json!({"n": 5})).await.unwrap(),
+        json!({"quad": 20})
+    );
     // Code that never names iii pays nothing: no SDK import.
     let out = h
         .run(json!({"lang": "python", "code": "import sys\nprint('iii' in sys.modules)"}))
@@ -407,11 +537,20 @@ fn malformed_payloads() -> Vec<(&'static str, Value)> {
     for j in &junk {
         if !is_str(j) {
             v.push((RUN, json!({"lang": "python", "code": j})));
-            v.push((REGISTER, json!({"function_id": "ok::f", "lang": "python", "source": j})));
+            v.push((
+                REGISTER,
+                json!({"function_id": "ok::f", "lang": "python", "source": j}),
+            ));
         }
         v.push((RUN, json!({"lang": j, "code": "print(1)"})));
-        v.push((REGISTER, json!({"function_id": j, "lang": "python", "source": DOUBLE})));
-        v.push((REGISTER, json!({"function_id": "ok::f", "lang": j, "source": DOUBLE})));
+        v.push((
+            REGISTER,
+            json!({"function_id": j, "lang": "python", "source": DOUBLE}),
+        ));
+        v.push((
+            REGISTER,
+            json!({"function_id": "ok::f", "lang": j, "source": DOUBLE}),
+        ));
         if !j.is_boolean() {
             v.push((RUN, json!({"lang": "node", "code": "1", "keep": j})));
         }
@@ -429,17 +568,35 @@ fn malformed_payloads() -> Vec<(&'static str, Value)> {
         (RUN, json!({"code": "print(1)"})),
         (RUN, json!({"lang": "python"})),
         (RUN, json!({"lang": "python", "code": ""})),
-        (RUN, json!({"lang": "python", "code": "x".repeat((1 << 20) + 1)})),
+        (
+            RUN,
+            json!({"lang": "python", "code": "x".repeat((1 << 20) + 1)}),
+        ),
         (RUN, json!({"lang": "ruby", "code": "puts 1"})),
         (RUN, json!({"lang": "Python", "code": "print(1)"})),
-        (RUN, json!({"lang": "python", "code": "print(1)", "timeout_ms": -5})),
-        (RUN, json!({"lang": "python", "code": "print(1)", "timeout_ms": 1e30})),
+        (
+            RUN,
+            json!({"lang": "python", "code": "print(1)", "timeout_ms": -5}),
+        ),
+        (
+            RUN,
+            json!({"lang": "python", "code": "print(1)", "timeout_ms": 1e30}),
+        ),
         (REGISTER, json!({"lang": "python", "source": DOUBLE})),
         (REGISTER, json!({"function_id": "a::f", "source": DOUBLE})),
         (REGISTER, json!({"function_id": "a::f", "lang": "python"})),
-        (REGISTER, json!({"function_id": "a::f", "lang": "python", "source": ""})),
-        (REGISTER, json!({"function_id": "a::f", "lang": "python", "source": "x".repeat((1 << 20) + 1)})),
-        (REGISTER, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE, "description": "d".repeat(4097)})),
+        (
+            REGISTER,
+            json!({"function_id": "a::f", "lang": "python", "source": ""}),
+        ),
+        (
+            REGISTER,
+            json!({"function_id": "a::f", "lang": "python", "source": "x".repeat((1 << 20) + 1)}),
+        ),
+        (
+            REGISTER,
+            json!({"function_id": "a::f", "lang": "python", "source": DOUBLE, "description": "d".repeat(4097)}),
+        ),
         (TEARDOWN, json!({})),
         (TEARDOWN, json!({"runtime_id": "rt-1", "namespace": "a"})),
         (TEARDOWN, json!({"runtime_id": null, "namespace": null})),
@@ -447,23 +604,54 @@ fn malformed_payloads() -> Vec<(&'static str, Value)> {
         v.push((f, p));
     }
     let bad_ids = [
-        "nosep", "::f", "a::", "A::f", "a b::f", "é::f", ".a::f", "a..b::f", "sandbox-code-runner::x",
-        "sandbox-code-runner::run", "ns/x::f", "ns\u{0}::f", "🦀::f", "a:f",
+        "nosep",
+        "::f",
+        "a::",
+        "A::f",
+        "a b::f",
+        "é::f",
+        ".a::f",
+        "a..b::f",
+        "sandbox-code-runner::x",
+        "sandbox-code-runner::run",
+        "ns/x::f",
+        "ns\u{0}::f",
+        "🦀::f",
+        "a:f",
     ];
     for id in bad_ids {
-        v.push((REGISTER, json!({"function_id": id, "lang": "python", "source": DOUBLE})));
+        v.push((
+            REGISTER,
+            json!({"function_id": id, "lang": "python", "source": DOUBLE}),
+        ));
     }
     let long_ns = format!("{}::f", "a".repeat(65));
     let long_name = format!("a::{}", "f".repeat(257));
-    v.push((REGISTER, json!({"function_id": long_ns, "lang": "python", "source": DOUBLE})));
-    v.push((REGISTER, json!({"function_id": long_name, "lang": "python", "source": DOUBLE})));
+    v.push((
+        REGISTER,
+        json!({"function_id": long_ns, "lang": "python", "source": DOUBLE}),
+    ));
+    v.push((
+        REGISTER,
+        json!({"function_id": long_name, "lang": "python", "source": DOUBLE}),
+    ));
     // Seeded random nested junk, never a string: as `code` it is malformed.
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0x5c12);
     for _ in 0..40 {
         let j = random_junk(&mut rng, 4);
         v.push((RUN, json!({"lang": "python", "code": j})));
     }
-    for ns in ["", "::", "A", "a b", ".x", "x..y", "sandbox-code-runner", "é", &"n".repeat(65)] {
+    for ns in [
+        "",
+        "::",
+        "A",
+        "a b",
+        ".x",
+        "x..y",
+        "sandbox-code-runner",
+        "é",
+        &"n".repeat(65),
+    ] {
         v.push((TEARDOWN, json!({"namespace": ns})));
     }
     v
@@ -476,11 +664,17 @@ fn random_junk(rng: &mut impl rand::Rng, depth: u32) -> Value {
         1 => json!(rng.gen::<i64>()),
         2 => json!(rng.gen::<f64>() * 1e6),
         3 => json!(rng.gen::<bool>()),
-        4 => Value::Array((0..rng.gen_range(0..4)).map(|_| random_junk(rng, depth - 1)).collect()),
+        4 => Value::Array(
+            (0..rng.gen_range(0..4))
+                .map(|_| random_junk(rng, depth - 1))
+                .collect(),
+        ),
         _ => {
             let mut m = serde_json::Map::new();
             for i in 0..rng.gen_range(0..4) {
-                let key: String = (0..rng.gen_range(1..6)).map(|_| rng.gen_range('a'..='ü')).collect();
+                let key: String = (0..rng.gen_range(1..6))
+                    .map(|_| rng.gen_range('a'..='ü'))
+                    .collect();
                 m.insert(format!("{key}{i}"), random_junk(rng, depth - 1));
             }
             Value::Object(m)
@@ -497,7 +691,8 @@ async fn malformed_requests_are_invalid_and_harmless() {
         let r = h.call_with(f, payload.clone(), 30_000).await;
         let e = r.expect_err(&format!("case {i} ({f} {payload}) must fail"));
         assert_eq!(
-            e.code, "sandbox-code-runner::invalid_request",
+            e.code,
+            "sandbox-code-runner::invalid_request",
             "case {i}: {f} {} → {} {}",
             payload.to_string().chars().take(200).collect::<String>(),
             e.code,
@@ -505,7 +700,10 @@ async fn malformed_requests_are_invalid_and_harmless() {
         );
     }
     // Still serving, and nothing leaked.
-    let out = h.run(json!({"lang": "python", "code": "print(2+2)"})).await.unwrap();
+    let out = h
+        .run(json!({"lang": "python", "code": "print(2+2)"}))
+        .await
+        .unwrap();
     assert_eq!(out["stdout"], "4\n");
     h.finish(0).await;
 }
@@ -527,11 +725,15 @@ async fn a_missing_daemon_is_an_engine_error_until_it_appears() {
         .spawn()
         .unwrap();
     let warned = wait_for(Duration::from_secs(30), || async {
-        std::fs::read_to_string(&log_path).unwrap_or_default().contains("iii-sandbox is not connected")
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .contains("iii-sandbox is not connected")
     })
     .await;
     assert!(warned, "a loud warning at boot");
-    let client = code_runner_conformance::client::connect(&engine.url(), "nodaemon-caller").await.unwrap();
+    let client = code_runner_conformance::client::connect(&engine.url(), "nodaemon-caller")
+        .await
+        .unwrap();
     let call = || async {
         client
             .trigger(iii_sdk::protocol::TriggerRequest {
@@ -545,14 +747,20 @@ async fn a_missing_daemon_is_an_engine_error_until_it_appears() {
     match call().await {
         Err(iii_sdk::Error::Remote { code, message, .. }) => {
             assert_eq!(code, "sandbox-code-runner::engine");
-            assert!(message.contains("iii trigger compose::add worker=iii-sandbox"), "{message}");
+            assert!(
+                message.contains("iii trigger compose::add worker=iii-sandbox"),
+                "{message}"
+            );
         }
         other => panic!("expected an engine error, got {other:?}"),
     }
     // The daemon appears: the same worker serves, no restart.
-    let double = code_runner_conformance::sandbox_double::SandboxDouble::start(&engine.url(), common::test_limits())
-        .await
-        .unwrap();
+    let double = code_runner_conformance::sandbox_double::SandboxDouble::start(
+        &engine.url(),
+        common::test_limits(),
+    )
+    .await
+    .unwrap();
     let out = call().await.expect("serves once the daemon is there");
     assert_eq!(out["stdout"], "4\n");
     let _ = worker.kill().await;
@@ -560,4 +768,38 @@ async fn a_missing_daemon_is_an_engine_error_until_it_appears() {
     double.shutdown().await;
     engine.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
+    let h = Harness::start("warm_pool: 1\noneshot_stop: background\n").await;
+    let filled = wait_for(Duration::from_secs(20), || async {
+        let s = h.call("sandbox-code-runner::stats", json!({})).await;
+        s.is_ok_and(|s| s["pool_ready"] == json!({"node": 1, "python": 1}))
+    })
+    .await;
+    assert!(filled, "one warm VM per language");
+    for lang_code in [("python", "print(2+2)"), ("node", "console.log(2+2)")] {
+        let out = h
+            .run(json!({"lang": lang_code.0, "code": lang_code.1}))
+            .await
+            .unwrap();
+        assert_eq!(out["stdout"], "4\n");
+        assert!(out.get("runtime_id").is_none());
+    }
+    let settled = wait_for(Duration::from_secs(20), || async {
+        h.live_sandboxes() == 2
+    })
+    .await;
+    assert!(settled, "used VMs are stopped, the pool refilled");
+    let stats = h
+        .call("sandbox-code-runner::stats", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(stats["run"]["ops"], 2);
+    assert_eq!(
+        stats["run"]["sandbox_calls"], 4,
+        "a pooled one-shot costs exec + stop"
+    );
+    h.finish(2).await;
 }

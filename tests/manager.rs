@@ -28,6 +28,7 @@ struct FakeSandbox {
     live: Mutex<HashMap<String, Option<String>>>,
     next: AtomicUsize,
     create_error: Mutex<Option<SandboxError>>,
+    capacity: Mutex<Option<usize>>,
     exec: Mutex<Arc<ExecFn>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
@@ -45,13 +46,19 @@ fn ok_out(stdout: &str, code: i32) -> ExecOutput {
 
 /// Answers handler execs with a genuine frame carrying `value`.
 fn frame_for(p: &ExecParams, kind: &str, body: &Value) -> ExecOutput {
-    let stdin: Value = serde_json::from_slice(p.stdin.as_deref().unwrap_or_default()).unwrap_or(Value::Null);
+    let stdin: Value =
+        serde_json::from_slice(p.stdin.as_deref().unwrap_or_default()).unwrap_or(Value::Null);
     let secret = stdin["secret"].as_str().unwrap_or("").to_string();
-    ok_out(&format!("print from handler\n\u{1e}SCR1 {secret} {kind} {body}\n"), 0)
+    ok_out(
+        &format!("print from handler\n\u{1e}SCR1 {secret} {kind} {body}\n"),
+        0,
+    )
 }
 
 fn is_invoke(p: &ExecParams) -> bool {
-    p.env.get("SCR_WORKER_NAME").is_some_and(|n| n != "sandbox-code-runner:run")
+    p.env
+        .get("SCR_WORKER_NAME")
+        .is_some_and(|n| n != "sandbox-code-runner:run")
 }
 
 impl FakeSandbox {
@@ -61,6 +68,7 @@ impl FakeSandbox {
             live: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(1),
             create_error: Mutex::new(None),
+            capacity: Mutex::new(None),
             exec: Mutex::new(Arc::new(|p: &ExecParams| {
                 if is_invoke(p) {
                     Ok(frame_for(p, "ok", &json!({"doubled": 42})))
@@ -74,7 +82,10 @@ impl FakeSandbox {
         })
     }
 
-    fn on_exec(&self, f: impl Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync + 'static) {
+    fn on_exec(
+        &self,
+        f: impl Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync + 'static,
+    ) {
         *self.exec.lock().unwrap() = Arc::new(f);
     }
 
@@ -113,6 +124,14 @@ impl SandboxApi for FakeSandbox {
         self.log.lock().unwrap().push(format!("create {}", p.image));
         if let Some(e) = self.create_error.lock().unwrap().clone() {
             return Err(e);
+        }
+        if let Some(cap) = *self.capacity.lock().unwrap() {
+            if self.live() >= cap {
+                return Err(daemon(
+                    "S400",
+                    &format!("resource limit exceeded: max_concurrent_sandboxes ({cap}) reached"),
+                ));
+            }
         }
         let n = self.next.fetch_add(1, Ordering::SeqCst);
         let id = format!("00000000-0000-4000-8000-{n:012}");
@@ -179,13 +198,19 @@ impl Bus for FakeBus {
     ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
         Box::pin(async move {
             assert_eq!(function_id, "engine::functions::info");
-            let id = payload["function_id"].as_str().unwrap_or_default().to_string();
+            let id = payload["function_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let known = self.taken.lock().unwrap().contains(&id)
                 || self.published.lock().unwrap().contains_key(&id);
             if known {
                 Ok(json!({"function_id": id}))
             } else {
-                Err(BusError::new("NOT_FOUND", format!("Function '{id}' is not registered.")))
+                Err(BusError::new(
+                    "NOT_FOUND",
+                    format!("Function '{id}' is not registered."),
+                ))
             }
         })
     }
@@ -207,7 +232,13 @@ impl FakeBus {
     }
 
     async fn call_published(&self, id: &str, payload: Value) -> Result<Value, WorkerError> {
-        let h = self.published.lock().unwrap().get(id).cloned().expect("published");
+        let h = self
+            .published
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .expect("published");
         h(payload).await
     }
 }
@@ -219,16 +250,27 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(Config {
+        warm_pool: 0,
+        ..Config::default()
+    })
+}
+
+fn world_with(config: Config) -> World {
     let sandbox = FakeSandbox::new();
     let bus = Arc::new(FakeBus::default());
     let manager = Manager::new(
         sandbox.clone(),
         bus.clone(),
-        Config::default(),
+        config,
         VmNaming::new("test-owner"),
         "ws://127.0.0.1:49134".into(),
     );
-    World { sandbox, bus, manager }
+    World {
+        sandbox,
+        bus,
+        manager,
+    }
 }
 
 async fn run(w: &World, payload: Value) -> Result<Value, WorkerError> {
@@ -244,7 +286,9 @@ fn code_of(r: &Result<Value, WorkerError>) -> Option<ErrorCode> {
 #[tokio::test]
 async fn one_shot_costs_create_exec_stop_and_returns_no_runtime_id() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "print(2+2)"})).await.unwrap();
+    let out = run(&w, json!({"lang": "python", "code": "print(2+2)"}))
+        .await
+        .unwrap();
     assert_eq!(out["stdout"], "4\n");
     assert_eq!(out["success"], true);
     assert!(out.get("runtime_id").is_none());
@@ -255,29 +299,46 @@ async fn one_shot_costs_create_exec_stop_and_returns_no_runtime_id() {
 #[tokio::test]
 async fn code_naming_iii_gets_the_sdk_first() {
     let w = world();
-    run(&w, json!({"lang": "node", "code": "await iii.trigger({})"})).await.unwrap();
+    run(&w, json!({"lang": "node", "code": "await iii.trigger({})"}))
+        .await
+        .unwrap();
     assert_eq!(
         w.sandbox.ops(),
-        vec!["create node", "write /node_modules/iii-sdk/dist/index.mjs", "exec", "stop"]
+        vec![
+            "create node",
+            "write /node_modules/iii-sdk/dist/index.mjs",
+            "exec",
+            "stop"
+        ]
     );
 }
 
 #[tokio::test]
 async fn keep_returns_an_id_and_reuse_echoes_it() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
     let id = out["runtime_id"].as_str().unwrap().to_string();
     assert!(id.starts_with("rt-"));
-    assert!(!id.contains("00000000-0000-4000"), "runtime id is not derived from the sandbox id");
+    assert!(
+        !id.contains("00000000-0000-4000"),
+        "runtime id is not derived from the sandbox id"
+    );
     assert_eq!(w.sandbox.live(), 1);
-    let again = run(&w, json!({"runtime_id": id, "code": "y"})).await.unwrap();
+    let again = run(&w, json!({"runtime_id": id, "code": "y"}))
+        .await
+        .unwrap();
     assert_eq!(again["runtime_id"], id.as_str());
     assert_eq!(w.sandbox.ops(), vec!["create python", "exec", "exec"]);
 }
 
 #[rstest]
 #[case::nonzero_exit(Ok(ok_out("", 1)), None)]
-#[case::timeout(Err(daemon("S200", "exec timed out after 5 ms")), Some(ErrorCode::Timeout))]
+#[case::timeout(
+    Err(daemon("S200", "exec timed out after 5 ms")),
+    Some(ErrorCode::Timeout)
+)]
 #[tokio::test]
 async fn a_failed_keep_run_leaves_no_vm(
     #[case] outcome: Result<ExecOutput, SandboxError>,
@@ -316,14 +377,22 @@ async fn daemon_failures_map_to_worker_codes(#[case] e: SandboxError, #[case] co
         }
     }
     if matches!(e, SandboxError::NotInstalled) {
-        assert!(message.contains("compose::add worker=iii-sandbox"), "{message}");
+        assert!(
+            message.contains("compose::add worker=iii-sandbox"),
+            "{message}"
+        );
     }
 }
 
 #[tokio::test]
 async fn exec_errors_on_one_shot_stop_the_vm_and_hide_sandbox_ids() {
     let w = world();
-    w.sandbox.on_exec(|_| Err(daemon("S300", "vm 00000000-0000-4000-8000-000000000001 died")));
+    w.sandbox.on_exec(|_| {
+        Err(daemon(
+            "S300",
+            "vm 00000000-0000-4000-8000-000000000001 died",
+        ))
+    });
     let r = run(&w, json!({"lang": "python", "code": "x"})).await;
     let (_, message) = r.unwrap_err().to_wire();
     assert!(!message.contains("00000000-0000-4000-8000"), "{message}");
@@ -353,7 +422,9 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
     let r = run(&w, json!({"runtime_id": "rt-nope", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
 
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
     let id = out["runtime_id"].as_str().unwrap().to_string();
     let r = run(&w, json!({"runtime_id": id, "lang": "node", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
@@ -362,21 +433,35 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
     let r = run(&w, json!({"runtime_id": id, "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::Expired));
     let r = run(&w, json!({"runtime_id": id, "code": "x"})).await;
-    assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound), "the id is forgotten after expiry");
+    assert_eq!(
+        code_of(&r),
+        Some(ErrorCode::RuntimeNotFound),
+        "the id is forgotten after expiry"
+    );
 }
 
 #[tokio::test]
 async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
     let w = world();
-    let a = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
-    let b = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let a = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
+    let b = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
     let (a, b) = (a["runtime_id"].clone(), b["runtime_id"].clone());
     w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
-    let same: Vec<_> = (0..4).map(|_| run(&w, json!({"runtime_id": a, "code": "x"}))).collect();
+    let same: Vec<_> = (0..4)
+        .map(|_| run(&w, json!({"runtime_id": a, "code": "x"})))
+        .collect();
     for r in futures_util::future::join_all(same).await {
         r.unwrap();
     }
-    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), 1, "one exec at a time per runtime");
+    assert_eq!(
+        w.sandbox.max_in_flight.load(Ordering::SeqCst),
+        1,
+        "one exec at a time per runtime"
+    );
     w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
     let (ra, rb) = tokio::join!(
         run(&w, json!({"runtime_id": a, "code": "x"})),
@@ -384,7 +469,11 @@ async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
     );
     ra.unwrap();
     rb.unwrap();
-    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), 2, "different runtimes overlap");
+    assert_eq!(
+        w.sandbox.max_in_flight.load(Ordering::SeqCst),
+        2,
+        "different runtimes overlap"
+    );
 }
 
 async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
@@ -404,8 +493,16 @@ const DOUBLE: &str = "def handler(payload):\n    return {'doubled': payload['n']
 #[tokio::test]
 async fn register_publishes_and_calls_return_the_handler_value() {
     let w = world();
-    let out = register(&w, json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE})).await.unwrap();
-    assert_eq!(out, json!({"function_id": "my-app::double", "registered": true}));
+    let out = register(
+        &w,
+        json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out,
+        json!({"function_id": "my-app::double", "registered": true})
+    );
     assert_eq!(w.bus.ids(), vec!["my-app::double"]);
     let seen = Arc::new(Mutex::new(Value::Null));
     let seen2 = seen.clone();
@@ -414,15 +511,41 @@ async fn register_publishes_and_calls_return_the_handler_value() {
         *seen2.lock().unwrap() = stdin["payload"].clone();
         Ok(frame_for(p, "ok", &json!({"doubled": 42})))
     });
-    let v = w.bus.call_published("my-app::double", json!({"n": 21, "_caller_worker_id": "w1"})).await.unwrap();
+    let v = w
+        .bus
+        .call_published(
+            "my-app::double",
+            json!({"n": 21, "_caller_worker_id": "w1"}),
+        )
+        .await
+        .unwrap();
     assert_eq!(v, json!({"doubled": 42}));
-    assert_eq!(*seen.lock().unwrap(), json!({"n": 21}), "_caller_worker_id is stripped");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        json!({"n": 21}),
+        "_caller_worker_id is stripped"
+    );
     // One runtime per namespace and language: a second function reuses it.
-    register(&w, json!({"function_id": "my-app::triple", "lang": "python", "source": DOUBLE})).await.unwrap();
-    let creates = w.sandbox.ops().iter().filter(|o| o.starts_with("create")).count();
+    register(
+        &w,
+        json!({"function_id": "my-app::triple", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    let creates = w
+        .sandbox
+        .ops()
+        .iter()
+        .filter(|o| o.starts_with("create"))
+        .count();
     assert_eq!(creates, 1);
     register(&w, json!({"function_id": "my-app::js", "lang": "node", "source": "export function handler(p){return p}"})).await.unwrap();
-    let creates = w.sandbox.ops().iter().filter(|o| o.starts_with("create")).count();
+    let creates = w
+        .sandbox
+        .ops()
+        .iter()
+        .filter(|o| o.starts_with("create"))
+        .count();
     assert_eq!(creates, 2, "a second language gets its own runtime");
 }
 
@@ -432,8 +555,19 @@ async fn register_publishes_and_calls_return_the_handler_value() {
 #[tokio::test]
 async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case] code: ErrorCode) {
     let w = world();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
-    w.sandbox.on_exec(move |p| Ok(frame_for(p, "err", &json!({"type": kind, "message": "boom"}))));
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    w.sandbox.on_exec(move |p| {
+        Ok(frame_for(
+            p,
+            "err",
+            &json!({"type": kind, "message": "boom"}),
+        ))
+    });
     let r = w.bus.call_published("a::f", json!({})).await;
     assert_eq!(r.unwrap_err().code(), code);
 }
@@ -441,8 +575,18 @@ async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case]
 #[tokio::test]
 async fn a_forged_frame_is_not_a_result() {
     let w = world();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
-    w.sandbox.on_exec(|_| Ok(ok_out("\u{1e}SCR1 00000000000000000000000000000000 ok {\"pwned\":1}\n", 0)));
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    w.sandbox.on_exec(|_| {
+        Ok(ok_out(
+            "\u{1e}SCR1 00000000000000000000000000000000 ok {\"pwned\":1}\n",
+            0,
+        ))
+    });
     let r = w.bus.call_published("a::f", json!({})).await;
     assert_eq!(r.unwrap_err().code(), ErrorCode::HandlerError);
 }
@@ -454,8 +598,13 @@ async fn a_forged_frame_is_not_a_result() {
 #[tokio::test]
 async fn sources_without_a_handler_are_refused_and_leave_no_vm(#[case] kind: &'static str) {
     let w = world();
-    w.sandbox.on_exec(move |p| Ok(frame_for(p, "err", &json!({"type": kind, "message": "m"}))));
-    let r = register(&w, json!({"function_id": "a::f", "lang": "python", "source": "x = 1"})).await;
+    w.sandbox
+        .on_exec(move |p| Ok(frame_for(p, "err", &json!({"type": kind, "message": "m"}))));
+    let r = register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": "x = 1"}),
+    )
+    .await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
     assert!(w.bus.ids().is_empty(), "never published");
     assert_eq!(w.sandbox.live(), 0);
@@ -469,7 +618,11 @@ async fn sources_without_a_handler_are_refused_and_leave_no_vm(#[case] kind: &'s
 #[tokio::test]
 async fn bad_function_ids_are_refused(#[case] id: &str) {
     let w = world();
-    let r = register(&w, json!({"function_id": id, "lang": "python", "source": DOUBLE})).await;
+    let r = register(
+        &w,
+        json!({"function_id": id, "lang": "python", "source": DOUBLE}),
+    )
+    .await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
     assert!(w.sandbox.ops().is_empty());
 }
@@ -477,41 +630,82 @@ async fn bad_function_ids_are_refused(#[case] id: &str) {
 #[tokio::test]
 async fn taken_ids_are_refused_across_languages_and_workers() {
     let w = world();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
-    let r = register(&w, json!({"function_id": "a::f", "lang": "node", "source": "export const handler = p => p"})).await;
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    let r = register(
+        &w,
+        json!({"function_id": "a::f", "lang": "node", "source": "export const handler = p => p"}),
+    )
+    .await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
     w.bus.taken.lock().unwrap().insert("other::f".into());
-    let r = register(&w, json!({"function_id": "other::f", "lang": "python", "source": DOUBLE})).await;
+    let r = register(
+        &w,
+        json!({"function_id": "other::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
 }
 
 #[tokio::test]
 async fn a_reaped_namespace_runtime_expires_its_functions() {
     let w = world();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
-    register(&w, json!({"function_id": "a::g", "lang": "python", "source": DOUBLE})).await.unwrap();
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    register(
+        &w,
+        json!({"function_id": "a::g", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     w.sandbox.reap_all();
     let r = w.bus.call_published("a::f", json!({})).await;
     assert_eq!(r.unwrap_err().code(), ErrorCode::Expired);
-    assert!(w.bus.ids().is_empty(), "every function of the runtime is unregistered");
+    assert!(
+        w.bus.ids().is_empty(),
+        "every function of the runtime is unregistered"
+    );
     let r = teardown(&w, json!({"namespace": "a"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
     // The next registration boots a fresh runtime.
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     assert_eq!(w.sandbox.live(), 1);
 }
 
 #[tokio::test]
 async fn teardown_by_runtime_and_by_namespace() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
+    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
     let id = out["runtime_id"].as_str().unwrap().to_string();
     let t = teardown(&w, json!({"runtime_id": id})).await.unwrap();
-    assert_eq!(t, json!({"runtime_id": id, "torn_down": true, "unregistered": []}));
+    assert_eq!(
+        t,
+        json!({"runtime_id": id, "torn_down": true, "unregistered": []})
+    );
     let r = teardown(&w, json!({"runtime_id": id})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
 
-    register(&w, json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE})).await.unwrap();
+    register(
+        &w,
+        json!({"function_id": "my-app::double", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     register(&w, json!({"function_id": "my-app::js", "lang": "node", "source": "export const handler = p => p"})).await.unwrap();
     let t = teardown(&w, json!({"namespace": "my-app"})).await.unwrap();
     assert_eq!(
@@ -531,7 +725,9 @@ async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value
     let w = world();
     let r = teardown(&w, payload).await;
     match r {
-        Err(WorkerError::InvalidRequest(m)) => assert!(m.contains("runtime_id") || m.contains("namespace"), "{m}"),
+        Err(WorkerError::InvalidRequest(m)) => {
+            assert!(m.contains("runtime_id") || m.contains("namespace"), "{m}")
+        }
         other => panic!("expected invalid_request, got {other:?}"),
     }
 }
@@ -539,8 +735,15 @@ async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value
 #[tokio::test]
 async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     assert_eq!(w.sandbox.live(), 2);
     // A successor process of the same owner sees both as orphans.
     let successor = Manager::new(
@@ -562,8 +765,15 @@ async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     assert_eq!(w.sandbox.live(), 0);
 
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true})).await.unwrap();
-    register(&w, json!({"function_id": "a::f", "lang": "python", "source": DOUBLE})).await.unwrap();
+    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
+        .await
+        .unwrap();
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);
     assert!(w.bus.ids().is_empty());
@@ -579,7 +789,153 @@ async fn timeouts_are_clamped_on_the_way_to_the_daemon() {
         Ok(ok_out("", 0))
     });
     for t in [json!(null), json!(0), json!(1000), json!(10_000_000)] {
-        run(&w, json!({"lang": "python", "code": "x", "timeout_ms": t})).await.unwrap();
+        run(&w, json!({"lang": "python", "code": "x", "timeout_ms": t}))
+            .await
+            .unwrap();
     }
     assert_eq!(*seen.lock().unwrap(), vec![5_000, 5_000, 1_000, 30_000]);
+}
+
+// ---- the fast path: warm pool, background stop, cost accounting ----
+
+async fn eventually(mut probe: impl FnMut() -> bool) -> bool {
+    for _ in 0..400 {
+        if probe() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+fn pooled(size: usize) -> World {
+    world_with(Config {
+        warm_pool: size,
+        ..Config::default()
+    })
+}
+
+fn stats(w: &World) -> Value {
+    w.manager.stats().to_json()
+}
+
+/// Runs a one-shot through the metered bus handler, as the bus does.
+async fn metered_run(w: &World, payload: Value) -> Value {
+    functions::publish_all(w.bus.as_ref(), &w.manager);
+    w.bus.call_published(functions::RUN, payload).await.unwrap()
+}
+
+#[tokio::test]
+async fn calls_per_operation_are_pinned() {
+    // Without a pool: create + exec + stop, nothing more.
+    let w = world();
+    metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    assert_eq!(
+        stats(&w)["run"],
+        json!({"ops": 1, "sandbox_calls": 3, "bytes_planted": 0})
+    );
+    // Reuse: one exec.
+    let kept = metered_run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
+    metered_run(&w, json!({"runtime_id": kept["runtime_id"], "code": "x"})).await;
+    assert_eq!(stats(&w)["run"]["sandbox_calls"], 3 + 2 + 1);
+    // A handler call: one exec.
+    register(
+        &w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
+    assert_eq!(
+        stats(&w)["handler_call"],
+        json!({"ops": 1, "sandbox_calls": 1, "bytes_planted": 0})
+    );
+    // Node code that names iii: the bundle is planted, and counted.
+    metered_run(&w, json!({"lang": "node", "code": "iii"})).await;
+    let planted = stats(&w)["run"]["bytes_planted"].as_u64().unwrap();
+    assert_eq!(
+        planted,
+        sandbox_code_runner::guest::NODE_SDK_BUNDLE.len() as u64
+    );
+}
+
+#[tokio::test]
+async fn a_warm_vm_serves_one_run_and_the_pool_refills() {
+    let w = pooled(1);
+    w.manager.start_pool();
+    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await);
+    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1).await);
+    let out = metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    assert_eq!(out["stdout"], "4\n");
+    // The caller's path: exec + stop; the boot was paid by the pool.
+    assert_eq!(stats(&w)["run"]["sandbox_calls"], 2);
+    assert!(
+        eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await,
+        "refilled"
+    );
+    assert_eq!(
+        w.sandbox.live(),
+        2,
+        "one warm VM per language, the used one stopped"
+    );
+    // A kept runtime takes a warm VM and keeps it: never shared.
+    let kept = metered_run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
+    assert!(kept["runtime_id"].is_string());
+    assert!(eventually(|| w.sandbox.live() == 3).await);
+    w.manager.shutdown().await;
+    assert_eq!(w.sandbox.live(), 0, "shutdown stops pooled VMs too");
+}
+
+#[tokio::test]
+async fn capacity_pressure_drains_the_pool_first() {
+    let w = pooled(1);
+    w.manager.start_pool();
+    assert!(eventually(|| w.sandbox.live() == 2).await);
+    *w.sandbox.capacity.lock().unwrap() = Some(3);
+    let a = metered_run(&w, json!({"lang": "node", "code": "x", "keep": true})).await;
+    assert!(a["runtime_id"].is_string());
+    // Full now (kept + warm VMs); a python one-shot still gets served.
+    let out = metered_run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
+    assert!(out["runtime_id"].is_string(), "{out}");
+    let r = run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
+    let r = if r.is_ok() {
+        run(&w, json!({"lang": "python", "code": "x", "keep": true})).await
+    } else {
+        r
+    };
+    assert_eq!(
+        code_of(&r),
+        Some(ErrorCode::Capacity),
+        "only a truly full daemon is `capacity`"
+    );
+}
+
+#[tokio::test]
+async fn a_reaped_warm_vm_is_replaced_silently() {
+    let w = pooled(1);
+    w.manager.start_pool();
+    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await);
+    w.sandbox.reap_all();
+    let out = run(&w, json!({"lang": "python", "code": "print(2+2)"}))
+        .await
+        .unwrap();
+    assert_eq!(out["stdout"], "4\n");
+}
+
+#[tokio::test]
+async fn background_stop_answers_first_then_stops() {
+    let w = world_with(Config {
+        warm_pool: 0,
+        oneshot_stop: sandbox_code_runner::config::OneshotStop::Background,
+        ..Config::default()
+    });
+    metered_run(&w, json!({"lang": "python", "code": "x"})).await;
+    assert!(
+        eventually(|| w.sandbox.live() == 0).await,
+        "the VM is stopped after the answer"
+    );
+    assert!(
+        eventually(|| stats(&w)["run"]["sandbox_calls"] == 3).await,
+        "the stop is charged to the run"
+    );
 }

@@ -13,10 +13,22 @@ use serde_json::Value;
 use crate::bus::{Bus, FunctionSpec, Handler};
 use crate::error::WorkerError;
 use crate::runtime::Manager;
+use crate::sandbox::{charged, OpTotals};
 
 pub const RUN: &str = "sandbox-code-runner::run";
 pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
+/// Internal: what each kind of operation cost on the daemon, for benches
+/// and operators.
+pub const STATS: &str = "sandbox-code-runner::stats";
+
+/// Counts one operation and charges its sandbox calls to `totals`.
+async fn metered<F: std::future::Future>(totals: &Arc<OpTotals>, fut: F) -> F::Output {
+    totals
+        .ops
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    charged(Some(totals.clone()), fut).await
+}
 
 fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
     serde_json::to_value(v)
@@ -28,23 +40,52 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
     let m = manager.clone();
     let run: Handler = Arc::new(move |p| {
         let m = m.clone();
-        Box::pin(async move { encode(run::handle(&m, p).await?) })
+        Box::pin(async move { encode(metered(&m.stats().run, run::handle(&m, p)).await?) })
     });
     bus.publish(run::spec(), run);
 
     let m = manager.clone();
     let register: Handler = Arc::new(move |p| {
         let m = m.clone();
-        Box::pin(async move { encode(register::handle(&m, p).await?) })
+        Box::pin(async move {
+            encode(metered(&m.stats().register_function, register::handle(&m, p)).await?)
+        })
     });
     bus.publish(register::spec(), register);
 
     let m = manager.clone();
     let teardown: Handler = Arc::new(move |p| {
         let m = m.clone();
-        Box::pin(async move { encode(teardown::handle(&m, p).await?) })
+        Box::pin(
+            async move { encode(metered(&m.stats().teardown, teardown::handle(&m, p)).await?) },
+        )
     });
     bus.publish(teardown::spec(), teardown);
+
+    let m = manager.clone();
+    let stats: Handler = Arc::new(move |_p| {
+        let m = m.clone();
+        Box::pin(async move {
+            let mut v = m.stats().to_json();
+            v["pool_ready"] = serde_json::json!({
+                "node": m.pool_ready(crate::ids::Lang::Node),
+                "python": m.pool_ready(crate::ids::Lang::Python),
+            });
+            Ok(v)
+        })
+    });
+    bus.publish(
+        FunctionSpec {
+            id: STATS.into(),
+            description: Some(
+                "Internal: sandbox::* calls and planted bytes per kind of operation.".into(),
+            ),
+            request_format: None,
+            response_format: None,
+            metadata: Some(serde_json::json!({"internal": true})),
+        },
+        stats,
+    );
 }
 
 /// Every spec this worker publishes, for schema snapshots.

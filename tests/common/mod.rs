@@ -71,6 +71,12 @@ impl Harness {
         let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         let config_path = dir.join("config.yaml");
+        // Exact leak accounting needs an empty pool unless a test asks for one.
+        let config = if config.contains("warm_pool") {
+            config.to_string()
+        } else {
+            format!("warm_pool: 0\n{config}")
+        };
         std::fs::write(&config_path, config).expect("config written");
         let log_path = dir.join("worker.log");
         let client = code_runner_conformance::client::connect(&bench.url(), "e2e-caller")
@@ -100,7 +106,10 @@ impl Harness {
             .arg(self.bench.url())
             .arg("--config")
             .arg(&self.config_path)
-            .env("RUST_LOG", "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info")
+            .env(
+                "RUST_LOG",
+                "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -116,7 +125,11 @@ impl Harness {
                 .any(|f| f == "sandbox-code-runner::teardown")
         })
         .await;
-        assert!(ready, "worker published its functions; log:\n{}", self.log());
+        assert!(
+            ready,
+            "worker published its functions; log:\n{}",
+            self.log()
+        );
     }
 
     /// Kills the worker without letting it clean up (a crash).
@@ -150,7 +163,12 @@ impl Harness {
         self.call_with(function_id, payload, 120_000).await
     }
 
-    pub async fn call_with(&self, function_id: &str, payload: Value, timeout_ms: u64) -> Result<Value, CallError> {
+    pub async fn call_with(
+        &self,
+        function_id: &str,
+        payload: Value,
+        timeout_ms: u64,
+    ) -> Result<Value, CallError> {
         self.client
             .trigger(TriggerRequest {
                 function_id: function_id.to_string(),
@@ -190,7 +208,11 @@ impl Harness {
             let status = self.stop_worker().await;
             assert!(status.success(), "worker exits cleanly on SIGTERM");
         }
-        assert_eq!(self.live_sandboxes(), 0, "SIGTERM stops every VM the worker owns");
+        assert_eq!(
+            self.live_sandboxes(),
+            0,
+            "SIGTERM stops every VM the worker owns"
+        );
         assert_no_runtime_ids(&self.log());
         self.client.shutdown_async().await;
         self.bench.shutdown().await;
@@ -217,7 +239,11 @@ pub fn assert_no_runtime_ids(text: &str) {
                 8 | 13 | 18 | 23 => *c == b'-',
                 _ => c.is_ascii_hexdigit(),
             });
-        assert!(!is_uuid, "a runtime id leaked into the log near: {}", &text[at.saturating_sub(40)..(at + 40).min(text.len())]);
+        assert!(
+            !is_uuid,
+            "a runtime id leaked into the log near: {}",
+            &text[at.saturating_sub(40)..(at + 40).min(text.len())]
+        );
         i = at;
     }
 }
