@@ -58,6 +58,33 @@ pub struct FunctionSpec {
     pub metadata: Option<Value>,
 }
 
+/// A trigger binding this worker made, to undo later.
+pub struct TriggerBinding {
+    pub trigger_type: String,
+    pub function_id: String,
+    handle: Option<iii_sdk::trigger::Trigger>,
+}
+
+impl std::fmt::Debug for TriggerBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TriggerBinding")
+            .field("trigger_type", &self.trigger_type)
+            .field("function_id", &self.function_id)
+            .finish()
+    }
+}
+
+impl TriggerBinding {
+    /// A binding without an SDK handle (for in-memory buses).
+    pub fn detached(trigger_type: &str, function_id: &str) -> TriggerBinding {
+        TriggerBinding {
+            trigger_type: trigger_type.into(),
+            function_id: function_id.into(),
+            handle: None,
+        }
+    }
+}
+
 /// The bus as the worker uses it.
 pub trait Bus: Send + Sync + 'static {
     fn call<'a>(
@@ -68,6 +95,9 @@ pub trait Bus: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>>;
     fn publish(&self, spec: FunctionSpec, handler: Handler);
     fn unpublish(&self, function_id: &str);
+    /// Binds `function_id` to a trigger type (pending until its provider exists).
+    fn bind(&self, trigger_type: &str, function_id: &str, config: Value) -> Result<TriggerBinding, BusError>;
+    fn unbind(&self, binding: TriggerBinding);
 }
 
 /// The bus over the iii SDK client.
@@ -134,6 +164,34 @@ impl Bus for SdkBus {
             .insert(spec.id, fref);
         if let Some(p) = previous {
             drop(p);
+        }
+    }
+
+    fn bind(&self, trigger_type: &str, function_id: &str, config: Value) -> Result<TriggerBinding, BusError> {
+        // The engine this worker is measured against binds through trigger
+        // frames; observe is an 0.25-engine feature it does not advertise.
+        #[allow(deprecated)]
+        let handle = self
+            .client
+            .register_trigger(iii_sdk::protocol::RegisterTriggerInput {
+                trigger_type: trigger_type.into(),
+                function_id: function_id.into(),
+                config,
+                metadata: None,
+                namespace: None,
+                trigger_namespace: None,
+            })
+            .map_err(BusError::from)?;
+        Ok(TriggerBinding {
+            trigger_type: trigger_type.into(),
+            function_id: function_id.into(),
+            handle: Some(handle),
+        })
+    }
+
+    fn unbind(&self, binding: TriggerBinding) {
+        if let Some(h) = binding.handle {
+            h.unregister();
         }
     }
 

@@ -13,4 +13,5 @@ pub mod ids;
 pub mod pool;
 pub mod runtime;
 pub mod sandbox;
+pub mod settings;
 pub mod wire;

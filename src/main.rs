@@ -15,6 +15,7 @@ use sandbox_code_runner::config::Config;
 use sandbox_code_runner::functions;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
 use sandbox_code_runner::sandbox::{BusSandbox, SandboxApi, SandboxError, INSTALL_HINT};
+use sandbox_code_runner::settings::Settings;
 
 /// Run Node.js and Python in iii-sandbox microVMs, as an iii worker.
 #[derive(Parser, Debug)]
@@ -92,6 +93,8 @@ async fn serve(url: String, config: Config) -> ExitCode {
         url.clone(),
     );
     functions::publish_all(bus.as_ref(), &manager);
+    let settings = Settings::new(bus.clone());
+    settings.publish();
     if let Err(e) = client.wait_until_registered(Duration::from_secs(30)).await {
         tracing::warn!(error = %e, %url, "not registered with the engine yet; the SDK keeps retrying");
     }
@@ -110,6 +113,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
     }
 
     manager.start_pool();
+    settings.boot().await;
 
     wait_for_signal().await;
     tracing::info!("shutting down: stopping every VM this worker owns");

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rstest::rstest;
-use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler};
+use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBinding};
 use sandbox_code_runner::config::Config;
 use sandbox_code_runner::error::{ErrorCode, WorkerError};
 use sandbox_code_runner::functions;
@@ -222,6 +222,12 @@ impl Bus for FakeBus {
     fn unpublish(&self, function_id: &str) {
         self.published.lock().unwrap().remove(function_id);
     }
+
+    fn bind(&self, trigger_type: &str, function_id: &str, _config: Value) -> Result<TriggerBinding, BusError> {
+        Ok(TriggerBinding::detached(trigger_type, function_id))
+    }
+
+    fn unbind(&self, _binding: TriggerBinding) {}
 }
 
 impl FakeBus {

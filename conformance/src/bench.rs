@@ -1,6 +1,9 @@
 //! The hermetic bench: the stand-in engine plus the iii-sandbox double, in
 //! one process, as `serve` runs them and as tests embed them.
 
+use std::path::PathBuf;
+
+use crate::config_double::ConfigDouble;
 use crate::engine::StandInEngine;
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
 
@@ -12,6 +15,8 @@ pub struct BenchOptions {
     /// A real engine to attach the daemon double to, instead of the stand-in.
     pub engine: Option<String>,
     pub limits: SandboxLimits,
+    /// Start the configuration-worker double, persisting under this directory.
+    pub configuration_dir: Option<PathBuf>,
 }
 
 /// Why the bench could not start.
@@ -25,6 +30,8 @@ pub enum BenchError {
     },
     #[error("iii-sandbox double cannot start: {0}")]
     Sandbox(String),
+    #[error("configuration double cannot start: {0}")]
+    Configuration(String),
 }
 
 /// A running bench. Dropping it without `shutdown` leaves sandboxes to the
@@ -33,6 +40,7 @@ pub struct Bench {
     engine: Option<StandInEngine>,
     url: String,
     sandbox: SandboxDouble,
+    configuration: Option<ConfigDouble>,
 }
 
 impl Bench {
@@ -53,10 +61,19 @@ impl Bench {
         let sandbox = SandboxDouble::start(&url, options.limits)
             .await
             .map_err(|e| BenchError::Sandbox(e.to_string()))?;
+        let configuration = match &options.configuration_dir {
+            Some(dir) => Some(
+                ConfigDouble::start(&url, dir)
+                    .await
+                    .map_err(|e| BenchError::Configuration(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(Bench {
             engine,
             url,
             sandbox,
+            configuration,
         })
     }
 
@@ -77,6 +94,9 @@ impl Bench {
 
     /// Stops every sandbox, then the engine.
     pub async fn shutdown(self) {
+        if let Some(c) = self.configuration {
+            c.shutdown().await;
+        }
         self.sandbox.shutdown().await;
         if let Some(engine) = self.engine {
             engine.shutdown().await;

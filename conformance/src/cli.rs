@@ -1,4 +1,5 @@
-//! Command-line entry points: `serve` (the hermetic bench) and `trigger`.
+//! Command-line entry points: `serve` (the hermetic bench), `trigger`, and
+//! the conformance suite's `run` and `compat`.
 
 use std::process::ExitCode;
 
@@ -22,6 +23,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Trigger a function the way `iii trigger` does: `k=v` pairs or `--json`.
     Trigger(crate::trigger::TriggerArgs),
+    /// Run the conformance suite against a target.
+    Run(crate::suite::cli::RunArgs),
+    /// Print the field-by-field wire diff between two targets' golden schemas.
+    Compat(crate::suite::cli::CompatArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -33,6 +38,10 @@ pub struct ServeArgs {
     /// the stand-in.
     #[arg(long)]
     pub engine: Option<String>,
+    /// Also start the configuration-worker double, persisting one YAML file
+    /// per entry in this directory.
+    #[arg(long)]
+    pub configuration_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
@@ -51,6 +60,8 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Trigger(args) => crate::trigger::run(args).await,
+        Command::Run(args) => crate::suite::cli::run(args).await,
+        Command::Compat(args) => crate::suite::cli::compat(args),
     }
 }
 
@@ -59,6 +70,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         port: args.port,
         engine: args.engine,
         limits: args.sandbox.limits(),
+        configuration_dir: args.configuration_dir,
     };
     let bench = match Bench::start(options).await {
         Ok(b) => b,

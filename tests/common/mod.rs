@@ -61,15 +61,29 @@ impl Harness {
     }
 
     pub async fn start_with(config: &str, limits: SandboxLimits) -> Harness {
+        Harness::start_opts(config, limits, false).await
+    }
+
+    /// With the configuration-worker double, persisting under `<dir>/configuration`.
+    pub async fn start_with_configuration(config: &str) -> Harness {
+        Harness::start_opts(config, test_limits(), true).await
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    async fn start_opts(config: &str, limits: SandboxLimits, configuration: bool) -> Harness {
+        let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
         let bench = Bench::start(BenchOptions {
             port: 0,
             engine: None,
             limits,
+            configuration_dir: configuration.then(|| dir.join("configuration")),
         })
         .await
         .expect("bench starts");
-        let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
         let config_path = dir.join("config.yaml");
         // Exact leak accounting needs an empty pool unless a test asks for one.
         let config = if config.contains("warm_pool") {

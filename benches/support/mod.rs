@@ -1,0 +1,289 @@
+//! Shared set-up of the worker benches: the hermetic bench in its VM-like
+//! profile (or a live engine), the worker binary under a given config, a
+//! client, direct `sandbox::*` baselines, and the JSON summary.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use code_runner_conformance::bench::{Bench, BenchOptions};
+use code_runner_conformance::sandbox_double::SandboxLimits;
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::IIIClient;
+use serde_json::{json, Value};
+
+/// The env var naming a live engine (with the real iii-sandbox connected).
+pub const LIVE_ENGINE_VAR: &str = "SANDBOX_CODE_RUNNER_BENCH_ENGINE";
+
+/// The daemon double with the real daemon's fixed costs: a guest boot paid
+/// by the first call into a sandbox, and the 200 ms stop grace.
+pub fn vm_like() -> SandboxLimits {
+    SandboxLimits {
+        boot_delay_ms: 300,
+        stop_grace_ms: 200,
+        ..SandboxLimits::default()
+    }
+}
+
+/// Where the benches run.
+pub enum Target {
+    Hermetic(Bench),
+    Live(String),
+}
+
+impl Target {
+    /// The hermetic bench by default; the live engine when the env var is set.
+    pub async fn from_env() -> Target {
+        match std::env::var(LIVE_ENGINE_VAR) {
+            Ok(url) if !url.trim().is_empty() => {
+                eprintln!("benches run against the live engine {url}");
+                Target::Live(url)
+            }
+            _ => {
+                eprintln!(
+                    "live-VM benches skipped: set {LIVE_ENGINE_VAR}=ws://… (an engine with the real \
+                     iii-sandbox on a host whose KVM boots guests) to run them; running against the \
+                     hermetic bench in its VM-like profile (boot 300 ms, stop grace 200 ms)"
+                );
+                let bench = Bench::start(BenchOptions {
+                    port: 0,
+                    engine: None,
+                    limits: vm_like(),
+                    configuration_dir: None,
+                })
+                .await
+                .expect("hermetic bench starts");
+                Target::Hermetic(bench)
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            Target::Hermetic(b) => b.url(),
+            Target::Live(u) => u.clone(),
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Target::Hermetic(_) => "hermetic-vm-like",
+            Target::Live(_) => "live",
+        }
+    }
+}
+
+/// A worker process under one config.
+pub struct Worker {
+    child: tokio::process::Child,
+    _dir: PathBuf,
+}
+
+impl Worker {
+    pub async fn spawn(url: &str, client: &IIIClient, config: &str) -> Worker {
+        let dir = std::env::temp_dir().join(format!("scr-bench-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("scratch");
+        let cfg = dir.join("config.yaml");
+        std::fs::write(&cfg, config).expect("config");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
+            .arg("--url")
+            .arg(url)
+            .arg("--config")
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("worker starts");
+        let up = wait_until(Duration::from_secs(30), || async {
+            call(client, "sandbox-code-runner::stats", json!({})).await.is_ok()
+        })
+        .await;
+        assert!(up, "worker serves");
+        Worker { child, _dir: dir }
+    }
+
+    /// SIGTERM, then wait: the worker stops every VM it owns.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill").arg("-15").arg(pid.to_string()).status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+    }
+}
+
+pub async fn wait_until<F, Fut>(deadline: Duration, mut probe: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        if probe().await {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub async fn call(client: &IIIClient, function_id: &str, payload: Value) -> Result<Value, iii_sdk::Error> {
+    client
+        .trigger(TriggerRequest {
+            function_id: function_id.into(),
+            payload,
+            action: None,
+            timeout_ms: Some(120_000),
+        })
+        .await
+}
+
+pub async fn must(client: &IIIClient, function_id: &str, payload: Value) -> Value {
+    call(client, function_id, payload)
+        .await
+        .unwrap_or_else(|e| panic!("{function_id} failed: {e:?}"))
+}
+
+/// Waits (untimed) until the worker's pool holds `n` warm VMs of `lang`.
+pub async fn pool_ready(client: &IIIClient, lang: &str, n: u64) {
+    let ok = wait_until(Duration::from_secs(120), || async {
+        call(client, "sandbox-code-runner::stats", json!({}))
+            .await
+            .is_ok_and(|s| s["pool_ready"][lang].as_u64().unwrap_or(0) >= n)
+    })
+    .await;
+    assert!(ok, "the pool warms {n} {lang} VMs");
+}
+
+/// `sandbox::*` calls per operation of `op`, from the worker's own stats.
+pub async fn calls_per_op(client: &IIIClient, op: &str) -> f64 {
+    let s = must(client, "sandbox-code-runner::stats", json!({})).await;
+    let ops = s[op]["ops"].as_f64().unwrap_or(0.0);
+    let calls = s[op]["sandbox_calls"].as_f64().unwrap_or(0.0);
+    if ops == 0.0 {
+        0.0
+    } else {
+        calls / ops
+    }
+}
+
+/// A sandbox created directly (no worker), for the baselines.
+pub async fn direct_create(client: &IIIClient, image: &str) -> String {
+    let v = must(client, "sandbox::create", json!({"image": image, "network": true, "name": "bench-baseline"})).await;
+    v["sandbox_id"].as_str().expect("sandbox_id").to_string()
+}
+
+/// `sandbox::exec` of exactly what the worker would exec.
+pub async fn direct_exec(client: &IIIClient, sandbox_id: &str, p: &sandbox_code_runner::sandbox::ExecParams) -> Value {
+    use base64::Engine as _;
+    let mut payload = json!({
+        "sandbox_id": sandbox_id,
+        "argv": p.argv,
+        "timeout_ms": p.timeout_ms,
+        "env": p.env,
+    });
+    if let Some(stdin) = &p.stdin {
+        payload["stdin"] = json!(base64::engine::general_purpose::STANDARD.encode(stdin));
+    }
+    if let Some(w) = &p.workdir {
+        payload["workdir"] = json!(w);
+    }
+    must(client, "sandbox::exec", payload).await
+}
+
+pub async fn direct_stop(client: &IIIClient, sandbox_id: &str) {
+    must(client, "sandbox::stop", json!({"sandbox_id": sandbox_id})).await;
+}
+
+/// Calls per operation recorded while benching, for the summary.
+pub static CALLS_PER_OP: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
+
+pub fn record_calls(bench_id: &str, calls: f64) {
+    CALLS_PER_OP.lock().unwrap().insert(bench_id.to_string(), calls);
+    eprintln!("{bench_id}: {calls:.2} sandbox calls/op");
+}
+
+fn criterion_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("criterion")
+}
+
+/// Per-iteration statistics of one criterion benchmark, in milliseconds.
+pub fn stats_of(bench_id: &str) -> Option<Value> {
+    let dir = criterion_dir().join(bench_id).join("new");
+    let est: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("estimates.json")).ok()?).ok()?;
+    let sample: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("sample.json")).ok()?).ok()?;
+    let iters = sample["iters"].as_array()?;
+    let times = sample["times"].as_array()?;
+    let per: Vec<f64> = iters
+        .iter()
+        .zip(times)
+        .filter_map(|(i, t)| Some(t.as_f64()? / i.as_f64()?))
+        .collect();
+    let ms = |ns: f64| ns / 1e6;
+    let min = per.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = per.iter().cloned().fold(0.0, f64::max);
+    Some(json!({
+        "mean_ms": ms(est["mean"]["point_estimate"].as_f64()?),
+        "median_ms": ms(est["median"]["point_estimate"].as_f64()?),
+        "sd_ms": ms(est["std_dev"]["point_estimate"].as_f64()?),
+        "min_ms": ms(min),
+        "max_ms": ms(max),
+    }))
+}
+
+fn git_revision() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Writes `target/bench-summary-<name>.json` and prints the ratios.
+pub fn write_summary(name: &str, target: &str, bench_ids: &[String], ratios: &[(&str, &str, &str, f64)]) {
+    let calls = CALLS_PER_OP.lock().unwrap().clone();
+    let mut benches = serde_json::Map::new();
+    for id in bench_ids {
+        let mut entry = stats_of(id).unwrap_or_else(|| json!({}));
+        if let Some(c) = calls.get(id) {
+            entry["calls_per_op"] = json!(c);
+        }
+        benches.insert(id.clone(), entry);
+    }
+    let mut ratio_out = Vec::new();
+    eprintln!("\n== {name}: ratios (median over median, same run) ==");
+    for (label, num, den, limit) in ratios {
+        let m = |id: &str| benches.get(id).and_then(|b| b["median_ms"].as_f64());
+        if let (Some(a), Some(b)) = (m(num), m(den)) {
+            let r = a / b;
+            let verdict = if r <= *limit { "ok" } else { "OVER" };
+            eprintln!("{label}: {a:.3} ms / {b:.3} ms = {r:.3} (limit {limit}) {verdict}");
+            ratio_out.push(json!({"name": label, "numerator": num, "denominator": den, "ratio": r, "limit": limit}));
+        }
+    }
+    let summary = json!({
+        "suite": name,
+        "target": target,
+        "git_revision": git_revision(),
+        "benches": benches,
+        "ratios": ratio_out,
+    });
+    let path = criterion_dir()
+        .parent()
+        .map(|p| p.join(format!("bench-summary-{name}.json")))
+        .unwrap_or_else(|| PathBuf::from(format!("bench-summary-{name}.json")));
+    let _ = std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap_or_default());
+    eprintln!("summary written to {}", path.display());
+}

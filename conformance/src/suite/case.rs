@@ -1,0 +1,584 @@
+//! The case model: one YAML (or JSON) file per case under `golden/cases/`.
+//!
+//! ```yaml
+//! id: run.one-shot.print
+//! since: 0.1.0
+//! summary: A one-shot python run prints 2+2; nothing is left to address.
+//! sources: ["seed-000: Running code"]
+//! requires: [python]
+//! steps:
+//!   - trigger: run                   # the target's `<prefix>::run`
+//!     payload: {lang: python, code: "print(2+2)"}
+//!     expect:
+//!       response: {stdout: "4\n", exit_code: 0, runtime_id: {$absent: true}}
+//! cleanup: []
+//! ```
+//!
+//! A step is exactly one of `trigger` (a function of the target, by suffix),
+//! `call` (any function id), `action` (environment control or a probe) or
+//! `parallel` (branches of steps run concurrently).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::matcher::Matcher;
+use super::vars::Vars;
+
+/// One case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub id: String,
+    /// Suite version that introduced the case (`x.y.z`).
+    pub since: String,
+    #[serde(default)]
+    pub summary: String,
+    /// Where the behaviour is promised (seed section, contract heading).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Profile features the target must have: `name`, `!name`, `name=value`.
+    #[serde(default)]
+    pub requires: Vec<String>,
+    /// A private environment (hermetic mode only): its own engine, daemon
+    /// double and worker process, configured as stated.
+    #[serde(default)]
+    pub environment: Option<EnvSpec>,
+    /// Long-running: scheduled first so it overlaps the rest.
+    #[serde(default)]
+    pub slow: bool,
+    pub steps: Vec<Step>,
+    /// Steps that run after `steps`, whatever happened; failures are notes.
+    #[serde(default)]
+    pub cleanup: Vec<Step>,
+    #[serde(skip)]
+    pub file: PathBuf,
+}
+
+/// A private environment of one case.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSpec {
+    /// Worker configuration (a mapping, written as the `--config` YAML).
+    #[serde(default)]
+    pub worker_config: Option<Value>,
+    /// Worker configuration as literal file text (for invalid configs).
+    #[serde(default)]
+    pub worker_config_raw: Option<String>,
+    /// Whether iii-sandbox is connected when the worker boots.
+    #[serde(default = "yes")]
+    pub sandbox: bool,
+    /// Limits of the daemon double.
+    #[serde(default)]
+    pub sandbox_limits: Option<LimitsSpec>,
+    /// How the worker learns the engine URL.
+    #[serde(default)]
+    pub url_via: UrlVia,
+    /// `ready` (default): wait until the target's functions are listed.
+    /// `exit`: the worker is expected to refuse to boot; steps observe it.
+    #[serde(default)]
+    pub boot: Boot,
+    /// The engine must have a configuration worker (`configuration::*`);
+    /// where the environment has none, the case is skipped.
+    #[serde(default)]
+    pub configuration_worker: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Daemon-double limits a case may set (others keep the bench defaults).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    pub max_concurrent_sandboxes: Option<usize>,
+    pub reaper_interval_ms: Option<u64>,
+    pub default_idle_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UrlVia {
+    /// `--url <engine>`.
+    #[default]
+    Flag,
+    /// `III_URL=<engine>` in the environment, no flag.
+    Env,
+    /// Neither: the engine listens on the default `127.0.0.1:49134`.
+    Default,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Boot {
+    #[default]
+    Ready,
+    Exit,
+}
+
+/// One step.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A target function by suffix: `run` → `<prefix>::run`.
+    #[serde(default)]
+    pub trigger: Option<String>,
+    /// Any function id (placeholders allowed), e.g. `${ns}::double`.
+    #[serde(default)]
+    pub call: Option<String>,
+    #[serde(default)]
+    pub action: Option<Action>,
+    #[serde(default)]
+    pub parallel: Option<Vec<Vec<Step>>>,
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// Client-side deadline of the call (default 60 s).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// What must come back; omitted means "any successful response".
+    #[serde(default)]
+    pub expect: Option<Expect>,
+    /// `name: /json/pointer` into the response (or action output).
+    #[serde(default)]
+    pub capture: BTreeMap<String, String>,
+    /// The step must complete within this many milliseconds.
+    #[serde(default)]
+    pub within_ms: Option<u64>,
+    /// The step must take at least this many milliseconds.
+    #[serde(default)]
+    pub after_ms: Option<u64>,
+    /// Retry the step until it holds or this many milliseconds pass.
+    #[serde(default)]
+    pub eventually_ms: Option<u64>,
+    /// Run the step this many times in a row, with `${i}` = 0, 1, …
+    #[serde(default)]
+    pub repeat: Option<u32>,
+}
+
+/// Environment control and probes. Each yields a JSON value that `expect`
+/// and `capture` work on like a response.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    /// Finds the live sandbox holding `file` (through `sandbox::list` and
+    /// `sandbox::fs::read`): `{found, sandbox_id?}`.
+    LocateSandbox { file: String },
+    /// Registers `function_id` from the suite's own client (another worker
+    /// on the bus); unregistered when the case ends. `{registered: true}`.
+    RegisterForeign { function_id: String },
+    /// SIGTERM the worker, wait for it to exit, start it again, wait ready.
+    RestartWorker {},
+    /// SIGTERM the worker and wait for it to exit: `{exit_code}`.
+    StopWorker {},
+    /// Connect iii-sandbox (an environment booted with `sandbox: false`).
+    StartSandbox {},
+    /// The worker's stderr so far: `{log}`.
+    WorkerLog {},
+    /// Wait for the worker process to exit by itself: `{exited, success, exit_code}`.
+    WorkerExit { within_ms: u64 },
+}
+
+impl Action {
+    /// Whether the action needs a private (hermetic) environment.
+    pub fn needs_private_env(&self) -> bool {
+        !matches!(
+            self,
+            Action::LocateSandbox { .. } | Action::RegisterForeign { .. }
+        )
+    }
+}
+
+/// What a step expects.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// A successful response matching this matcher.
+    #[serde(default)]
+    pub response: Option<Value>,
+    /// A target error: the short code (`invalid_request`), in either envelope.
+    #[serde(default)]
+    pub error: Option<ErrorExpect>,
+    /// An engine error code, verbatim (`function_not_found`, `NOT_FOUND`).
+    #[serde(default)]
+    pub engine_error: Option<String>,
+}
+
+/// An expected target error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ErrorExpect {
+    Code(String),
+    Detailed {
+        code: String,
+        /// Tokens the contract requires in the message (field names,
+        /// commands, S-codes) — never wording.
+        #[serde(default)]
+        message_has: Vec<String>,
+        /// Strings that must not appear (secrets, ids).
+        #[serde(default)]
+        message_lacks: Vec<String>,
+        /// The envelope the target must use (default: either).
+        #[serde(default)]
+        envelope: Option<super::errors::Envelope>,
+        /// The message must start with the full code (`<prefix>::<code>`).
+        #[serde(default)]
+        message_starts_with_code: bool,
+    },
+}
+
+impl ErrorExpect {
+    pub fn code(&self) -> &str {
+        match self {
+            ErrorExpect::Code(c) => c,
+            ErrorExpect::Detailed { code, .. } => code,
+        }
+    }
+
+    pub fn message_has(&self) -> &[String] {
+        match self {
+            ErrorExpect::Code(_) => &[],
+            ErrorExpect::Detailed { message_has, .. } => message_has,
+        }
+    }
+
+    pub fn message_lacks(&self) -> &[String] {
+        match self {
+            ErrorExpect::Code(_) => &[],
+            ErrorExpect::Detailed { message_lacks, .. } => message_lacks,
+        }
+    }
+
+    pub fn envelope(&self) -> Option<super::errors::Envelope> {
+        match self {
+            ErrorExpect::Code(_) => None,
+            ErrorExpect::Detailed { envelope, .. } => *envelope,
+        }
+    }
+
+    pub fn message_starts_with_code(&self) -> bool {
+        match self {
+            ErrorExpect::Code(_) => false,
+            ErrorExpect::Detailed {
+                message_starts_with_code,
+                ..
+            } => *message_starts_with_code,
+        }
+    }
+}
+
+/// Why the cases could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Step {
+    /// A label for reports: the name, else the function or action.
+    pub fn label(&self, index: usize) -> String {
+        let what = if let Some(t) = &self.trigger {
+            format!("trigger {t}")
+        } else if let Some(c) = &self.call {
+            format!("call {c}")
+        } else if let Some(a) = &self.action {
+            format!("action {}", action_name(a))
+        } else {
+            "parallel".to_string()
+        };
+        match &self.name {
+            Some(n) => format!("step {} ({n}: {what})", index + 1),
+            None => format!("step {} ({what})", index + 1),
+        }
+    }
+
+    /// Every step, this one and nested ones.
+    pub fn walk<'a>(&'a self, out: &mut Vec<&'a Step>) {
+        out.push(self);
+        if let Some(branches) = &self.parallel {
+            for b in branches {
+                for s in b {
+                    s.walk(out);
+                }
+            }
+        }
+    }
+}
+
+pub fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::LocateSandbox { .. } => "locate_sandbox",
+        Action::RegisterForeign { .. } => "register_foreign",
+        Action::RestartWorker {} => "restart_worker",
+        Action::StopWorker {} => "stop_worker",
+        Action::StartSandbox {} => "start_sandbox",
+        Action::WorkerLog {} => "worker_log",
+        Action::WorkerExit { .. } => "worker_exit",
+    }
+}
+
+impl Case {
+    /// Every step of `steps` (nested included), not cleanup.
+    pub fn all_steps(&self) -> Vec<&Step> {
+        let mut out = Vec::new();
+        for s in &self.steps {
+            s.walk(&mut out);
+        }
+        out
+    }
+
+    /// Short error codes this case expects a target to produce.
+    pub fn expected_codes(&self) -> BTreeSet<String> {
+        self.all_steps()
+            .iter()
+            .filter_map(|s| s.expect.as_ref()?.error.as_ref())
+            .map(|e| e.code().to_string())
+            .collect()
+    }
+
+    /// The group a case belongs to: its id up to the first dot.
+    pub fn group(&self) -> &str {
+        self.id.split('.').next().unwrap_or(&self.id)
+    }
+
+    /// Checks what can be checked without a target.
+    pub fn validate(&self, suite_version: &str) -> Result<(), String> {
+        if self.id.is_empty()
+            || !self
+                .id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        {
+            return Err(format!("id `{}` must match [a-z0-9._-]+", self.id));
+        }
+        let since = parse_version(&self.since)
+            .ok_or_else(|| format!("since `{}` is not x.y.z", self.since))?;
+        let suite = parse_version(suite_version).unwrap_or((0, 0, 0));
+        if since > suite {
+            return Err(format!(
+                "since {} is newer than this suite ({suite_version})",
+                self.since
+            ));
+        }
+        if self.steps.is_empty() {
+            return Err("a case needs at least one step".into());
+        }
+        for r in &self.requires {
+            if r.trim().is_empty() || r.starts_with("!=") {
+                return Err(format!("bad requirement `{r}`"));
+            }
+        }
+        let private = self.environment.is_some();
+        let mut steps = self.all_steps();
+        for s in &self.cleanup {
+            s.walk(&mut steps);
+        }
+        for (i, s) in steps.iter().enumerate() {
+            validate_step(s, private).map_err(|e| format!("{}: {e}", s.label(i)))?;
+        }
+        if let Some(env) = &self.environment {
+            if env.worker_config.is_some() && env.worker_config_raw.is_some() {
+                return Err("environment: worker_config and worker_config_raw exclude each other".into());
+            }
+            if !matches!(&env.worker_config, Some(Value::Object(_)) | None) {
+                return Err("environment.worker_config must be a mapping".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_step(s: &Step, private: bool) -> Result<(), String> {
+    let kinds = [
+        s.trigger.is_some(),
+        s.call.is_some(),
+        s.action.is_some(),
+        s.parallel.is_some(),
+    ]
+    .iter()
+    .filter(|k| **k)
+    .count();
+    if kinds != 1 {
+        return Err("needs exactly one of trigger, call, action, parallel".into());
+    }
+    if s.payload.is_some() && s.trigger.is_none() && s.call.is_none() {
+        return Err("payload only goes with trigger or call".into());
+    }
+    if let Some(a) = &s.action {
+        if a.needs_private_env() && !private {
+            return Err(format!(
+                "action {} needs the case to declare an `environment`",
+                action_name(a)
+            ));
+        }
+    }
+    if s.parallel.is_some() && (s.expect.is_some() || !s.capture.is_empty()) {
+        return Err("a parallel step has no expect or capture of its own".into());
+    }
+    for p in s.capture.values() {
+        if !(p.is_empty() || p.starts_with('/')) {
+            return Err(format!("capture `{p}` is not a JSON pointer"));
+        }
+    }
+    if let Some(e) = &s.expect {
+        let n = [
+            e.response.is_some(),
+            e.error.is_some(),
+            e.engine_error.is_some(),
+        ]
+        .iter()
+        .filter(|k| **k)
+        .count();
+        if n != 1 {
+            return Err("expect needs exactly one of response, error, engine_error".into());
+        }
+        if e.error.is_some() && s.action.is_some() {
+            return Err("an action cannot expect a target error".into());
+        }
+        if let Some(spec) = &e.response {
+            // Placeholders are filled at run time; check the shape with
+            // every placeholder stood in for.
+            let stand_in = StandIn;
+            Matcher::parse(&stand_in.fill(spec), &Vars::new())
+                .map_err(|e| format!("bad matcher: {e}"))?;
+        }
+        if let Some(ErrorExpect::Code(c) | ErrorExpect::Detailed { code: c, .. }) = &e.error {
+            if c.contains("::") {
+                return Err(format!(
+                    "error `{c}`: write the short code; the target's prefix is added"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces placeholders by a neutral word so a matcher can be parsed
+/// before any variable exists.
+struct StandIn;
+
+impl StandIn {
+    fn fill(&self, v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(strip_placeholders(s)),
+            Value::Array(a) => Value::Array(a.iter().map(|x| self.fill(x)).collect()),
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, x)| (strip_placeholders(k), self.fill(x)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
+
+fn strip_placeholders(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        match rest[at..].find('}') {
+            Some(end) => {
+                out.push_str("placeholder");
+                rest = &rest[at + end + 1..];
+            }
+            None => {
+                rest = &rest[at..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `x.y.z` → a comparable tuple.
+pub fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
+    let mut it = s.split('.').map(|p| p.parse::<u64>().ok());
+    let v = (it.next()??, it.next()??, it.next()??);
+    if it.next().is_some() {
+        return None;
+    }
+    Some(v)
+}
+
+/// Loads every `*.yaml`, `*.yml` and `*.json` under `dir`, sorted by id.
+pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| CaseError::Read {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
+        .collect();
+    files.sort();
+    let mut cases = Vec::new();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let invalid = |message: String| CaseError::Invalid {
+            path: path.display().to_string(),
+            message,
+        };
+        let mut case: Case = serde_yaml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        case.validate(suite_version).map_err(invalid)?;
+        if let Some(other) = seen.insert(case.id.clone(), path.clone()) {
+            return Err(invalid(format!(
+                "duplicate id `{}` (also in {})",
+                case.id,
+                other.display()
+            )));
+        }
+        case.file = path;
+        cases.push(case);
+    }
+    cases.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(cases)
+}
+
+/// A glob over case ids: `*` any run, `?` one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0usize, 0usize);
+    let (mut star, mut mark) = (None::<usize>, 0usize);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}

@@ -1,0 +1,725 @@
+//! Where cases run: the engine, the daemon, the worker process, and the
+//! suite's own client.
+//!
+//! - **hermetic**: the bench in-process (stand-in engine + iii-sandbox
+//!   double) and the worker spawned from `--worker-cmd`;
+//! - **live** (`--engine ws://…`): a running engine where the target is
+//!   already connected; only the client is ours;
+//! - **engine image** (`--engine-image`): a real engine in a container
+//!   (testcontainers), the double attached to it, the worker spawned.
+//!
+//! Cases with an `environment` get a private one (hermetic modes only): their
+//! own stand-in engine, daemon double and worker, configured as they state,
+//! so restarting a worker or starving the daemon never touches another case.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::IIIClient;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::bench::{Bench, BenchOptions};
+use crate::engine::StandInEngine;
+use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+
+use super::case::{Boot, EnvSpec, UrlVia};
+
+/// How long a worker may take to publish its functions.
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a SIGTERMed worker may take to exit before it is killed.
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+/// The default engine port every SDK falls back to.
+pub const DEFAULT_ENGINE_PORT: u16 = 49134;
+
+/// Why an environment could not be set up or controlled.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// The environment cannot exist here (no Docker, port taken…): the
+    /// affected cases are skipped with this reason.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The worker command line (`--worker-cmd`), without `--url`/`--config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+impl WorkerCommand {
+    /// Splits a shell-like command line.
+    pub fn parse(line: &str) -> Result<WorkerCommand, EnvError> {
+        let parts = shlex::split(line)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| EnvError::Failed(format!("cannot split --worker-cmd `{line}`")))?;
+        Ok(WorkerCommand {
+            program: PathBuf::from(&parts[0]),
+            args: parts[1..].to_vec(),
+        })
+    }
+
+    pub fn program(program: impl Into<PathBuf>) -> WorkerCommand {
+        WorkerCommand {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// The workspace's `sandbox-code-runner` next to the running executable
+    /// (`target/<profile>/`); built with cargo when it is missing.
+    pub fn default_beside_exe() -> Result<WorkerCommand, EnvError> {
+        let exe = std::env::current_exe()
+            .map_err(|e| EnvError::Failed(format!("cannot locate the current executable: {e}")))?;
+        let mut dir = exe
+            .parent()
+            .ok_or_else(|| EnvError::Failed("the executable has no directory".into()))?
+            .to_path_buf();
+        // Test binaries live one level down, in target/<profile>/deps.
+        if dir.file_name().and_then(|n| n.to_str()) == Some("deps") {
+            dir.pop();
+        }
+        let candidate = dir.join("sandbox-code-runner");
+        if !candidate.exists() {
+            build_worker(&dir)?;
+        }
+        if !candidate.exists() {
+            return Err(EnvError::Failed(format!(
+                "no worker at {}; build it (`cargo build -p sandbox-code-runner`) or pass --worker-cmd",
+                candidate.display()
+            )));
+        }
+        Ok(WorkerCommand::program(candidate))
+    }
+}
+
+/// `cargo build -p sandbox-code-runner` for the profile whose output
+/// directory is `dir` (`…/target/debug` or `…/target/release`).
+fn build_worker(dir: &Path) -> Result<(), EnvError> {
+    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+    let Some(target_dir) = dir.parent() else {
+        return Ok(());
+    };
+    let manifest = target_dir.parent().map(|w| w.join("Cargo.toml"));
+    let Some(manifest) = manifest.filter(|m| m.exists()) else {
+        return Ok(());
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "note: {} is missing; building it (cargo build --profile {profile} -p sandbox-code-runner)",
+        dir.join("sandbox-code-runner").display()
+    );
+    let profile_arg = if profile == "debug" { "dev" } else { profile };
+    let status = std::process::Command::new(cargo)
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--profile")
+        .arg(profile_arg)
+        .arg("-p")
+        .arg("sandbox-code-runner")
+        .arg("--bin")
+        .arg("sandbox-code-runner")
+        .env("CARGO_TARGET_DIR", target_dir)
+        .status()
+        .map_err(|e| EnvError::Failed(format!("cannot run cargo: {e}")))?;
+    if !status.success() {
+        return Err(EnvError::Failed(format!(
+            "cargo build -p sandbox-code-runner failed ({status})"
+        )));
+    }
+    Ok(())
+}
+
+/// A worker process we started.
+pub struct WorkerProcess {
+    cmd: WorkerCommand,
+    url: String,
+    url_via: UrlVia,
+    config_path: Option<PathBuf>,
+    pub log_path: PathBuf,
+    dir: PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+impl WorkerProcess {
+    /// Writes the config (if any) and starts the process.
+    pub fn spawn(
+        cmd: &WorkerCommand,
+        url: &str,
+        url_via: UrlVia,
+        config: Option<&str>,
+    ) -> Result<WorkerProcess, EnvError> {
+        let dir = std::env::temp_dir().join(format!(
+            "code-runner-conformance-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| EnvError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        let config_path = match config {
+            Some(text) => {
+                let p = dir.join("worker-config.yaml");
+                std::fs::write(&p, text)
+                    .map_err(|e| EnvError::Failed(format!("cannot write {}: {e}", p.display())))?;
+                Some(p)
+            }
+            None => None,
+        };
+        let mut w = WorkerProcess {
+            cmd: cmd.clone(),
+            url: url.to_string(),
+            url_via,
+            config_path,
+            log_path: dir.join("worker.log"),
+            dir,
+            child: None,
+        };
+        w.start()?;
+        Ok(w)
+    }
+
+    fn start(&mut self) -> Result<(), EnvError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
+        let mut c = tokio::process::Command::new(&self.cmd.program);
+        c.args(&self.cmd.args);
+        c.env_remove("III_URL");
+        match self.url_via {
+            UrlVia::Flag => {
+                c.arg("--url").arg(&self.url);
+            }
+            UrlVia::Env => {
+                c.env("III_URL", &self.url);
+            }
+            UrlVia::Default => {}
+        }
+        if let Some(p) = &self.config_path {
+            c.arg("--config").arg(p);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            c.env("RUST_LOG", "info");
+        }
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        let child = c.spawn().map_err(|e| {
+            EnvError::Failed(format!(
+                "cannot start the worker `{}`: {e}",
+                self.cmd.program.display()
+            ))
+        })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// The worker's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Whether the process already ended (and how).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Waits until every id in `functions` is listed by the engine.
+    pub async fn wait_ready(&mut self, client: &IIIClient, functions: &[String]) -> Result<(), EnvError> {
+        let until = Instant::now() + READY_DEADLINE;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return Err(EnvError::Failed(format!(
+                    "the worker exited ({status}) before publishing its functions; log tail:\n{}",
+                    self.log_tail()
+                )));
+            }
+            if functions_listed(client, functions).await == Some(true) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(EnvError::Failed(format!(
+                    "the worker did not publish {} within {:?}; log tail:\n{}",
+                    functions.join(", "),
+                    READY_DEADLINE,
+                    self.log_tail()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then wait (killing it after a deadline).
+    pub async fn stop(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Some(pid) = child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        match tokio::time::timeout(STOP_DEADLINE, child.wait()).await {
+            Ok(Ok(status)) => Some(status),
+            _ => {
+                let _ = child.kill().await;
+                child.wait().await.ok()
+            }
+        }
+    }
+
+    /// Waits for the process to end by itself.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = tokio::time::timeout(deadline, child.wait()).await.ok()?.ok()?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Starts the same command again.
+    pub fn respawn(&mut self) -> Result<(), EnvError> {
+        self.start()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `Some(true)` when every function is listed, `Some(false)` when one is
+/// not, `None` when the engine could not be asked.
+pub async fn functions_listed(client: &IIIClient, functions: &[String]) -> Option<bool> {
+    let answer = client
+        .trigger(TriggerRequest {
+            function_id: "engine::functions::info".into(),
+            payload: json!({ "function_ids": functions }),
+            action: None,
+            timeout_ms: Some(5_000),
+        })
+        .await
+        .ok()?;
+    let entries = answer.get("functions")?.as_array()?;
+    Some(
+        entries.len() == functions.len()
+            && entries
+                .iter()
+                .all(|e| e.get("error").is_none() && e.get("function_id").is_some()),
+    )
+}
+
+/// Whether none of `functions` is listed any more.
+async fn functions_gone(client: &IIIClient, functions: &[String]) -> bool {
+    let Ok(answer) = client
+        .trigger(TriggerRequest {
+            function_id: "engine::functions::info".into(),
+            payload: json!({ "function_ids": functions }),
+            action: None,
+            timeout_ms: Some(5_000),
+        })
+        .await
+    else {
+        return false;
+    };
+    answer
+        .get("functions")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().all(|e| e.get("error").is_some()))
+}
+
+/// Limits of the double for the suite: defaults, minus the stop grace.
+pub fn suite_limits() -> SandboxLimits {
+    SandboxLimits {
+        stop_grace_ms: 0,
+        ..SandboxLimits::default()
+    }
+}
+
+/// One environment cases run in.
+pub struct Env {
+    pub url: String,
+    pub client: IIIClient,
+    /// Full ids of the target's functions (readiness).
+    functions: Vec<String>,
+    bench: Option<Bench>,
+    engine: Option<StandInEngine>,
+    double: Mutex<Option<SandboxDouble>>,
+    limits: SandboxLimits,
+    worker: Mutex<Option<WorkerProcess>>,
+    container: Option<testcontainers::ContainerAsync<testcontainers::GenericImage>>,
+    /// What kind of environment this is, for reports.
+    pub kind: String,
+}
+
+async fn connect(url: &str) -> Result<IIIClient, EnvError> {
+    crate::client::connect(url, "code-runner-conformance")
+        .await
+        .map_err(|e| EnvError::Failed(format!("the suite's client cannot connect to {url}: {e}")))
+}
+
+impl Env {
+    /// A live engine where the target is already connected.
+    pub async fn live(url: &str, functions: Vec<String>) -> Result<Env, EnvError> {
+        let client = connect(url).await?;
+        if functions_listed(&client, &functions).await != Some(true) {
+            client.shutdown_async().await;
+            return Err(EnvError::Failed(format!(
+                "the engine at {url} does not list {}: is the target connected?",
+                functions.join(", ")
+            )));
+        }
+        Ok(Env::bare(url, client, functions, "live"))
+    }
+
+    fn bare(url: &str, client: IIIClient, functions: Vec<String>, kind: &str) -> Env {
+        Env {
+            url: url.to_string(),
+            client,
+            functions,
+            bench: None,
+            engine: None,
+            double: Mutex::new(None),
+            limits: suite_limits(),
+            worker: Mutex::new(None),
+            container: None,
+            kind: kind.to_string(),
+        }
+    }
+
+    /// The bench in-process and the worker spawned.
+    pub async fn hermetic(cmd: &WorkerCommand, functions: Vec<String>) -> Result<Env, EnvError> {
+        let limits = suite_limits();
+        let bench = Bench::start(BenchOptions {
+            port: 0,
+            engine: None,
+            limits: limits.clone(),
+            configuration_dir: None,
+        })
+        .await
+        .map_err(|e| EnvError::Failed(format!("the bench cannot start: {e}")))?;
+        let url = bench.url();
+        let client = connect(&url).await?;
+        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        worker.wait_ready(&client, &functions).await?;
+        let mut env = Env::bare(&url, client, functions, "hermetic");
+        env.bench = Some(bench);
+        env.limits = limits;
+        env.worker = Mutex::new(Some(worker));
+        Ok(env)
+    }
+
+    /// A real engine from a container image, the double attached, the worker
+    /// spawned. Unavailable (not failed) where no Docker daemon answers.
+    pub async fn engine_image(
+        image: &str,
+        port: u16,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+    ) -> Result<Env, EnvError> {
+        use testcontainers::core::IntoContainerPort;
+        use testcontainers::runners::AsyncRunner;
+
+        docker_answers().map_err(EnvError::Unavailable)?;
+        let (name, tag) = split_image(image);
+        let container = testcontainers::GenericImage::new(name, tag)
+            .with_exposed_port(port.tcp())
+            .start()
+            .await
+            .map_err(|e| EnvError::Failed(format!("cannot start {image}: {e}")))?;
+        let host_port = container
+            .get_host_port_ipv4(port.tcp())
+            .await
+            .map_err(|e| EnvError::Failed(format!("{image} exposes no port {port}: {e}")))?;
+        let url = format!("ws://127.0.0.1:{host_port}");
+        let until = Instant::now() + READY_DEADLINE;
+        let client = loop {
+            match crate::client::connect(&url, "code-runner-conformance").await {
+                Ok(c) => break c,
+                Err(e) if Instant::now() >= until => {
+                    return Err(EnvError::Failed(format!(
+                        "the engine in {image} never accepted a worker at {url}: {e}"
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        let limits = suite_limits();
+        let bench = Bench::start(BenchOptions {
+            port: 0,
+            engine: Some(url.clone()),
+            limits: limits.clone(),
+            configuration_dir: None,
+        })
+        .await
+        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        worker.wait_ready(&client, &functions).await?;
+        let mut env = Env::bare(&url, client, functions, "engine-image");
+        env.bench = Some(bench);
+        env.worker = Mutex::new(Some(worker));
+        env.container = Some(container);
+        Ok(env)
+    }
+
+    /// A case's private environment.
+    pub async fn private(spec: &EnvSpec, cmd: &WorkerCommand, functions: Vec<String>) -> Result<Env, EnvError> {
+        let port = match spec.url_via {
+            UrlVia::Default => DEFAULT_ENGINE_PORT,
+            _ => 0,
+        };
+        let engine = StandInEngine::start(port).await.map_err(|e| {
+            if port == DEFAULT_ENGINE_PORT {
+                EnvError::Unavailable(format!(
+                    "the default engine port {port} is taken on this host ({e})"
+                ))
+            } else {
+                EnvError::Failed(format!("the stand-in engine cannot start: {e}"))
+            }
+        })?;
+        let url = engine.url();
+        let mut limits = suite_limits();
+        if let Some(l) = &spec.sandbox_limits {
+            if let Some(v) = l.max_concurrent_sandboxes {
+                limits.max_concurrent_sandboxes = v;
+            }
+            if let Some(v) = l.reaper_interval_ms {
+                limits.reaper_interval_ms = v;
+            }
+            if let Some(v) = l.default_idle_timeout_secs {
+                limits.default_idle_timeout_secs = v;
+            }
+        }
+        let double = if spec.sandbox {
+            Some(
+                SandboxDouble::start(&url, limits.clone())
+                    .await
+                    .map_err(|e| EnvError::Failed(format!("the daemon double cannot start: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let client = connect(&url).await?;
+        if spec.configuration_worker
+            && functions_listed(&client, &["configuration::set".to_string()]).await != Some(true)
+        {
+            client.shutdown_async().await;
+            if let Some(d) = double {
+                d.shutdown().await;
+            }
+            engine.shutdown().await;
+            return Err(EnvError::Unavailable(
+                "needs a configuration worker (configuration::*); the hermetic bench has none".into(),
+            ));
+        }
+        let config = match (&spec.worker_config, &spec.worker_config_raw) {
+            (Some(v), _) => Some(
+                serde_yaml::to_string(v)
+                    .map_err(|e| EnvError::Failed(format!("worker_config: {e}")))?,
+            ),
+            (None, Some(raw)) => Some(raw.clone()),
+            (None, None) => None,
+        };
+        let mut worker = WorkerProcess::spawn(cmd, &url, spec.url_via, config.as_deref())?;
+        if spec.boot == Boot::Ready {
+            if let Err(e) = worker.wait_ready(&client, &functions).await {
+                drop(worker);
+                client.shutdown_async().await;
+                if let Some(d) = double {
+                    d.shutdown().await;
+                }
+                engine.shutdown().await;
+                return Err(e);
+            }
+        }
+        let mut env = Env::bare(&url, client, functions, "private");
+        env.engine = Some(engine);
+        env.double = Mutex::new(double);
+        env.limits = limits;
+        env.worker = Mutex::new(Some(worker));
+        Ok(env)
+    }
+
+    /// Whether a worker process of ours runs here.
+    pub async fn has_worker(&self) -> bool {
+        self.worker.lock().await.is_some()
+    }
+
+    /// The worker's stderr so far.
+    pub async fn worker_log(&self) -> Result<String, EnvError> {
+        let w = self.worker.lock().await;
+        let w = w
+            .as_ref()
+            .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
+        Ok(w.log())
+    }
+
+    /// SIGTERM the worker, wait for it and its functions to go, start it
+    /// again and wait until it serves.
+    pub async fn restart_worker(&self) -> Result<Value, EnvError> {
+        let status = self.stop_worker_inner().await?;
+        let mut guard = self.worker.lock().await;
+        let w = guard
+            .as_mut()
+            .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
+        w.respawn()?;
+        w.wait_ready(&self.client, &self.functions).await?;
+        Ok(json!({ "previous_exit_code": status }))
+    }
+
+    async fn stop_worker_inner(&self) -> Result<Option<i32>, EnvError> {
+        let status = {
+            let mut guard = self.worker.lock().await;
+            let w = guard
+                .as_mut()
+                .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
+            w.stop().await
+        };
+        let until = Instant::now() + READY_DEADLINE;
+        while !functions_gone(&self.client, &self.functions).await {
+            if Instant::now() >= until {
+                return Err(EnvError::Failed(
+                    "the stopped worker's functions are still listed".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(status.and_then(|s| s.code()))
+    }
+
+    /// SIGTERM the worker and wait: `{exit_code}`.
+    pub async fn stop_worker(&self) -> Result<Value, EnvError> {
+        let code = self.stop_worker_inner().await?;
+        Ok(json!({ "exit_code": code }))
+    }
+
+    /// Waits for the worker to exit by itself.
+    pub async fn worker_exit(&self, within: Duration) -> Result<Value, EnvError> {
+        let mut guard = self.worker.lock().await;
+        let w = guard
+            .as_mut()
+            .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
+        Ok(match w.wait_exit(within).await {
+            Some(s) => json!({"exited": true, "success": s.success(), "exit_code": s.code()}),
+            None => json!({"exited": false}),
+        })
+    }
+
+    /// Connects the daemon double (after a boot without it).
+    pub async fn start_sandbox(&self) -> Result<Value, EnvError> {
+        let mut guard = self.double.lock().await;
+        if guard.is_some() || self.bench.is_some() {
+            return Err(EnvError::Failed("iii-sandbox is already connected".into()));
+        }
+        let d = SandboxDouble::start(&self.url, self.limits.clone())
+            .await
+            .map_err(|e| EnvError::Failed(format!("the daemon double cannot start: {e}")))?;
+        *guard = Some(d);
+        Ok(json!({ "started": true }))
+    }
+
+    /// Stops everything this environment started.
+    pub async fn shutdown(self) {
+        let Env {
+            client,
+            bench,
+            engine,
+            double,
+            worker,
+            container,
+            ..
+        } = self;
+        if let Some(mut w) = worker.into_inner() {
+            w.stop().await;
+        }
+        client.shutdown_async().await;
+        if let Some(d) = double.into_inner() {
+            d.shutdown().await;
+        }
+        if let Some(b) = bench {
+            b.shutdown().await;
+        }
+        if let Some(e) = engine {
+            e.shutdown().await;
+        }
+        if let Some(c) = container {
+            let _ = c.rm().await;
+        }
+    }
+}
+
+fn split_image(image: &str) -> (String, String) {
+    let slash = image.rfind('/').map_or(0, |i| i + 1);
+    match image[slash..].rfind(':') {
+        Some(i) => (
+            image[..slash + i].to_string(),
+            image[slash + i + 1..].to_string(),
+        ),
+        None => (image.to_string(), "latest".to_string()),
+    }
+}
+
+/// Whether a Docker daemon answers `GET /_ping`; the reason when not.
+pub fn docker_answers() -> Result<(), String> {
+    use std::io::{Read, Write};
+    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
+    let mut answer = String::new();
+    let timeout = Some(Duration::from_secs(3));
+    if let Some(path) = host.strip_prefix("unix://") {
+        let mut s = std::os::unix::net::UnixStream::connect(path)
+            .map_err(|e| format!("no Docker daemon answers at {host} ({e})"))?;
+        let _ = s.set_read_timeout(timeout);
+        s.write_all(request)
+            .and_then(|_| s.read_to_string(&mut answer))
+            .map_err(|e| format!("the Docker daemon at {host} does not answer ({e})"))?;
+    } else if let Some(addr) = host.strip_prefix("tcp://") {
+        let mut s = std::net::TcpStream::connect(addr)
+            .map_err(|e| format!("no Docker daemon answers at {host} ({e})"))?;
+        let _ = s.set_read_timeout(timeout);
+        s.write_all(request)
+            .and_then(|_| s.read_to_string(&mut answer))
+            .map_err(|e| format!("the Docker daemon at {host} does not answer ({e})"))?;
+    } else {
+        return Err(format!("DOCKER_HOST={host} is neither unix:// nor tcp://"));
+    }
+    if answer.contains(" 200 ") {
+        Ok(())
+    } else {
+        Err(format!(
+            "the Docker daemon at {host} answered /_ping with: {}",
+            answer.lines().next().unwrap_or("nothing")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_split_into_name_and_tag() {
+        assert_eq!(split_image("iii:1.2"), ("iii".into(), "1.2".into()));
+        assert_eq!(split_image("ghcr.io/iii-hq/iii"), ("ghcr.io/iii-hq/iii".into(), "latest".into()));
+        assert_eq!(
+            split_image("localhost:5000/iii:rc"),
+            ("localhost:5000/iii".into(), "rc".into())
+        );
+    }
+}

@@ -1,0 +1,453 @@
+//! Executes one case: its steps in order (parallel branches concurrently),
+//! captures, expectations, timing bounds, and cleanup steps that always run.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{join_all, BoxFuture};
+use futures_util::FutureExt;
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::runtime::FunctionRef;
+use iii_sdk::RegisterFunction;
+use serde_json::{json, Value};
+
+use super::case::{Action, Case, ErrorExpect, Step};
+use super::env::Env;
+use super::errors::{classify, Envelope, Observed};
+use super::matcher::{brief, Matcher};
+use super::vars::{Splice, Vars};
+
+/// Default client-side deadline of one call.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+/// Poll interval of `eventually_ms`.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What a case's run produced, before expectations are applied.
+#[derive(Debug, Clone, Default)]
+pub struct RawOutcome {
+    pub failure: Option<String>,
+    pub envelopes: BTreeMap<Envelope, u32>,
+    /// Every error a call saw: `(case id, classification)`.
+    pub observed: Vec<(String, Observed)>,
+    pub notes: Vec<String>,
+}
+
+/// The state of one case run.
+pub struct CaseRun<'a> {
+    pub case_id: &'a str,
+    pub prefix: &'a str,
+    pub env: &'a Env,
+    vars: Mutex<Vars>,
+    envelopes: Mutex<BTreeMap<Envelope, u32>>,
+    observed: Mutex<Vec<(String, Observed)>>,
+    foreign: Mutex<Vec<FunctionRef>>,
+}
+
+/// What a call or action came back with.
+enum Outcome {
+    Response(Value),
+    Error { code: String, message: String },
+    /// The client itself failed (timeout, disconnect).
+    Transport(String),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<'a> CaseRun<'a> {
+    pub fn new(case_id: &'a str, prefix: &'a str, env: &'a Env, vars: Vars) -> CaseRun<'a> {
+        CaseRun {
+            case_id,
+            prefix,
+            env,
+            vars: Mutex::new(vars),
+            envelopes: Mutex::new(BTreeMap::new()),
+            observed: Mutex::new(Vec::new()),
+            foreign: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs steps then cleanup; returns the raw outcome.
+    pub async fn run(self, case: &Case) -> RawOutcome {
+        let failure = self.run_steps(&case.steps).await.err();
+        let mut notes = Vec::new();
+        for (i, s) in case.cleanup.iter().enumerate() {
+            if let Err(e) = self.run_step(s).await {
+                notes.push(format!("cleanup {}: {e}", s.label(i)));
+            }
+        }
+        for f in lock(&self.foreign).drain(..) {
+            f.unregister();
+        }
+        RawOutcome {
+            failure,
+            envelopes: std::mem::take(&mut *lock(&self.envelopes)),
+            observed: std::mem::take(&mut *lock(&self.observed)),
+            notes,
+        }
+    }
+
+    fn run_steps<'b>(&'b self, steps: &'b [Step]) -> BoxFuture<'b, Result<(), String>> {
+        async move {
+            for (i, s) in steps.iter().enumerate() {
+                self.run_step(s).await.map_err(|e| format!("{}: {e}", s.label(i)))?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    async fn run_step(&self, step: &Step) -> Result<(), String> {
+        if let Some(branches) = &step.parallel {
+            let results = join_all(branches.iter().map(|b| self.run_steps(b))).await;
+            let failures: Vec<String> = results
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.err().map(|e| format!("branch {}: {e}", i + 1)))
+                .collect();
+            return if failures.is_empty() {
+                Ok(())
+            } else {
+                Err(failures.join("; "))
+            };
+        }
+        if let Some(times) = step.repeat {
+            for i in 0..times {
+                lock(&self.vars).set("i", json!(i));
+                self.run_step_once(step)
+                    .await
+                    .map_err(|e| format!("repetition {i}: {e}"))?;
+            }
+            return Ok(());
+        }
+        self.run_step_once(step).await
+    }
+
+    async fn run_step_once(&self, step: &Step) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            match self.attempt(step).await {
+                Ok(()) => return Ok(()),
+                Err(e) => match step.eventually_ms {
+                    Some(ms) if started.elapsed() < Duration::from_millis(ms) => {
+                        tokio::time::sleep(POLL).await;
+                    }
+                    Some(ms) => return Err(format!("still failing after {ms} ms: {e}")),
+                    None => return Err(e),
+                },
+            }
+        }
+    }
+
+    fn fill(&self, s: &str) -> Result<String, String> {
+        lock(&self.vars)
+            .fill_str(s, Splice::Text)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn attempt(&self, step: &Step) -> Result<(), String> {
+        let started = Instant::now();
+        let (outcome, is_target) = if let Some(suffix) = &step.trigger {
+            let id = format!("{}::{}", self.prefix, self.fill(suffix)?);
+            (self.call(&id, step).await?, true)
+        } else if let Some(id) = &step.call {
+            let id = self.fill(id)?;
+            (self.call(&id, step).await?, false)
+        } else if let Some(action) = &step.action {
+            (self.action(action).await, false)
+        } else {
+            return Err("empty step".into());
+        };
+        let elapsed = started.elapsed();
+
+        if let Outcome::Error { code, message } = &outcome {
+            let o = classify(self.prefix, code, message);
+            let record = match &o {
+                Observed::Target { envelope, .. } => {
+                    *lock(&self.envelopes).entry(*envelope).or_default() += 1;
+                    true
+                }
+                Observed::Engine(_) => is_target,
+                Observed::Unclassified { .. } => is_target,
+            };
+            if record {
+                lock(&self.observed).push((self.case_id.to_string(), o));
+            }
+        }
+
+        let value = self.judge(step, outcome)?;
+
+        if let Some(ms) = step.within_ms {
+            if elapsed > Duration::from_millis(ms) {
+                return Err(format!(
+                    "took {} ms, the bound is {ms} ms",
+                    elapsed.as_millis()
+                ));
+            }
+        }
+        if let Some(ms) = step.after_ms {
+            if elapsed < Duration::from_millis(ms) {
+                return Err(format!(
+                    "took {} ms, it must take at least {ms} ms",
+                    elapsed.as_millis()
+                ));
+            }
+        }
+        if !step.capture.is_empty() {
+            let Some(v) = value else {
+                return Err("nothing to capture from an error".into());
+            };
+            let mut vars = lock(&self.vars);
+            for (name, pointer) in &step.capture {
+                let got = v.pointer(pointer).ok_or_else(|| {
+                    format!(
+                        "capture `{name}`: {pointer} is absent in {}",
+                        brief(Some(&v))
+                    )
+                })?;
+                vars.set(name.clone(), got.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the step's expectation; returns the response when there is one.
+    fn judge(&self, step: &Step, outcome: Outcome) -> Result<Option<Value>, String> {
+        let expect = step.expect.as_ref();
+        let error_expect = expect.and_then(|e| e.error.as_ref());
+        let engine_expect = expect.and_then(|e| e.engine_error.as_ref());
+        match outcome {
+            Outcome::Transport(e) => Err(format!("the call failed in the client: {e}")),
+            Outcome::Response(v) => {
+                if let Some(want) = error_expect {
+                    return Err(format!(
+                        "expected error {}::{}, got a response {}",
+                        self.prefix,
+                        want.code(),
+                        brief(Some(&v))
+                    ));
+                }
+                if let Some(want) = engine_expect {
+                    return Err(format!(
+                        "expected engine error {want}, got a response {}",
+                        brief(Some(&v))
+                    ));
+                }
+                if let Some(spec) = expect.and_then(|e| e.response.as_ref()) {
+                    let matcher = {
+                        let vars = lock(&self.vars);
+                        Matcher::parse(spec, &vars).map_err(|e| e.to_string())?
+                    };
+                    let mismatches = matcher.check(Some(&v));
+                    if !mismatches.is_empty() {
+                        let shown: Vec<String> =
+                            mismatches.iter().take(6).map(|m| m.to_string()).collect();
+                        return Err(format!(
+                            "response does not match: {}{}",
+                            shown.join("; "),
+                            if mismatches.len() > 6 {
+                                format!(" (+{} more)", mismatches.len() - 6)
+                            } else {
+                                String::new()
+                            }
+                        ));
+                    }
+                }
+                Ok(Some(v))
+            }
+            Outcome::Error { code, message } => {
+                let shown = || {
+                    let m: String = message.chars().take(300).collect();
+                    format!("{code}: {m}")
+                };
+                if let Some(want) = error_expect {
+                    match classify(self.prefix, &code, &message) {
+                        Observed::Target {
+                            code: got,
+                            envelope,
+                        } if got == want.code() => {
+                            if let Some(required) = want.envelope() {
+                                if envelope != required {
+                                    return Err(format!(
+                                        "error {} travelled in the {} envelope, the contract says {}",
+                                        shown(),
+                                        envelope.as_str(),
+                                        required.as_str()
+                                    ));
+                                }
+                            }
+                            let full = format!("{}::{}", self.prefix, got);
+                            if want.message_starts_with_code() && !message.starts_with(&full) {
+                                return Err(format!(
+                                    "the error message does not start with {full}: {}",
+                                    shown()
+                                ));
+                            }
+                        }
+                        _ => {
+                            return Err(format!(
+                                "expected error {}::{}, got {}",
+                                self.prefix,
+                                want.code(),
+                                shown()
+                            ))
+                        }
+                    }
+                    self.check_message(want, &message)?;
+                    return Ok(None);
+                }
+                if let Some(want) = engine_expect {
+                    if &code == want {
+                        return Ok(None);
+                    }
+                    return Err(format!("expected engine error {want}, got {}", shown()));
+                }
+                Err(format!("expected a response, got error {}", shown()))
+            }
+        }
+    }
+
+    fn check_message(&self, want: &ErrorExpect, message: &str) -> Result<(), String> {
+        for token in want.message_has() {
+            let token = self.fill(token)?;
+            if !message.contains(&token) {
+                return Err(format!(
+                    "the error message lacks `{token}`: {}",
+                    message.chars().take(300).collect::<String>()
+                ));
+            }
+        }
+        for token in want.message_lacks() {
+            let token = self.fill(token)?;
+            if !token.is_empty() && message.contains(&token) {
+                return Err(format!("the error message carries `{token}`, which it must not"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn call(&self, function_id: &str, step: &Step) -> Result<Outcome, String> {
+        let payload = {
+            let vars = lock(&self.vars);
+            vars.fill_payload(step.payload.as_ref().unwrap_or(&json!({})))
+                .map_err(|e| e.to_string())?
+        };
+        Ok(self
+            .trigger(
+                function_id,
+                payload,
+                step.timeout_ms.unwrap_or(DEFAULT_CALL_TIMEOUT_MS),
+            )
+            .await)
+    }
+
+    async fn trigger(&self, function_id: &str, payload: Value, timeout_ms: u64) -> Outcome {
+        let r = self
+            .env
+            .client
+            .trigger(TriggerRequest {
+                function_id: function_id.to_string(),
+                payload,
+                action: None,
+                timeout_ms: Some(timeout_ms),
+            })
+            .await;
+        match r {
+            Ok(v) => Outcome::Response(v),
+            Err(iii_sdk::Error::Remote { code, message, .. }) => Outcome::Error { code, message },
+            Err(e) => Outcome::Transport(e.to_string()),
+        }
+    }
+
+    async fn action(&self, action: &Action) -> Outcome {
+        let r = match action {
+            Action::LocateSandbox { file } => match self.fill(file) {
+                Ok(f) => self.locate_sandbox(&f).await,
+                Err(e) => Err(e),
+            },
+            Action::RegisterForeign { function_id } => match self.fill(function_id) {
+                Ok(f) => self.register_foreign(&f).await,
+                Err(e) => Err(e),
+            },
+            Action::RestartWorker {} => self.env.restart_worker().await.map_err(|e| e.to_string()),
+            Action::StopWorker {} => self.env.stop_worker().await.map_err(|e| e.to_string()),
+            Action::StartSandbox {} => self.env.start_sandbox().await.map_err(|e| e.to_string()),
+            Action::WorkerLog {} => self
+                .env
+                .worker_log()
+                .await
+                .map(|log| json!({ "log": log }))
+                .map_err(|e| e.to_string()),
+            Action::WorkerExit { within_ms } => self
+                .env
+                .worker_exit(Duration::from_millis(*within_ms))
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        match r {
+            Ok(v) => Outcome::Response(v),
+            Err(e) => Outcome::Transport(e),
+        }
+    }
+
+    /// The one live sandbox holding `file`.
+    async fn locate_sandbox(&self, file: &str) -> Result<Value, String> {
+        let listed = match self.trigger("sandbox::list", json!({}), 10_000).await {
+            Outcome::Response(v) => v,
+            Outcome::Error { code, message } => {
+                return Err(format!("sandbox::list failed: {code}: {message}"))
+            }
+            Outcome::Transport(e) => return Err(format!("sandbox::list failed: {e}")),
+        };
+        let ids: Vec<String> = listed
+            .get("sandboxes")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter(|s| s.get("stopped") != Some(&Value::Bool(true)))
+                    .filter_map(|s| s.get("sandbox_id").and_then(Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let probes = ids.iter().map(|id| async move {
+            let r = self
+                .trigger(
+                    "sandbox::fs::read",
+                    json!({ "sandbox_id": id, "path": file }),
+                    10_000,
+                )
+                .await;
+            matches!(r, Outcome::Response(_)).then(|| id.clone())
+        });
+        let found: Vec<String> = join_all(probes).await.into_iter().flatten().collect();
+        match found.as_slice() {
+            [] => Ok(json!({ "found": false })),
+            [one] => Ok(json!({ "found": true, "sandbox_id": one })),
+            many => Err(format!("{file} exists in {} sandboxes", many.len())),
+        }
+    }
+
+    /// Registers a function from the suite's own client, visible on the bus.
+    async fn register_foreign(&self, function_id: &str) -> Result<Value, String> {
+        let reg = RegisterFunction::new_async(|payload: Value| async move {
+            Ok::<Value, iii_sdk::Error>(payload)
+        })
+        .description("registered by code-runner-conformance (another worker on the bus)");
+        let f = self.env.client.register_function(function_id, reg);
+        lock(&self.foreign).push(f);
+        let ids = [function_id.to_string()];
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if super::env::functions_listed(&self.env.client, &ids).await == Some(true) {
+                return Ok(json!({ "registered": true }));
+            }
+            if Instant::now() >= until {
+                return Err(format!("{function_id} never showed up on the bus"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

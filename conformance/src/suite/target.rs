@@ -1,0 +1,170 @@
+//! Targets: a function prefix plus a profile of what the target's contract
+//! promises where the documented workers differ (`golden/targets/*.yaml`).
+//!
+//! A case's `requires` entries are checked against the profile:
+//! - `name`: the feature is present and truthy (not `false`, `null`, `0`, `""`);
+//! - `!name`: the feature is absent or falsy;
+//! - `name=value`: the feature's value, as text, equals `value`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One profile entry: its value and where the promise comes from.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Feature {
+    pub value: Value,
+    #[serde(default)]
+    pub source: String,
+}
+
+/// A target description.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub name: String,
+    /// Function prefix: `<prefix>::run`, and error codes `<prefix>::<code>`.
+    pub prefix: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Function suffixes whose schemas are snapshot-checked.
+    pub functions: Vec<String>,
+    pub profile: BTreeMap<String, Feature>,
+}
+
+/// Why a target could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("unknown target `{name}`: no {path} (known: {known})")]
+    Unknown {
+        name: String,
+        path: String,
+        known: String,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The feature a requirement names.
+pub fn requirement_feature(req: &str) -> &str {
+    let r = req.strip_prefix('!').unwrap_or(req);
+    r.split('=').next().unwrap_or(r).trim()
+}
+
+impl Target {
+    /// Loads `dir/<name>.yaml`.
+    pub fn load(dir: &Path, name: &str) -> Result<Target, TargetError> {
+        let path = dir.join(format!("{name}.yaml"));
+        let text = std::fs::read_to_string(&path).map_err(|_| TargetError::Unknown {
+            name: name.to_string(),
+            path: path.display().to_string(),
+            known: Target::names(dir).join(", "),
+        })?;
+        let t: Target = serde_yaml::from_str(&text).map_err(|e| TargetError::Invalid {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        if t.name != name {
+            return Err(TargetError::Invalid {
+                path: path.display().to_string(),
+                message: format!("declares name `{}`, file says `{name}`", t.name),
+            });
+        }
+        Ok(t)
+    }
+
+    /// Names of every target under `dir`.
+    pub fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let p = e.path();
+                        (p.extension().and_then(|x| x.to_str()) == Some("yaml"))
+                            .then(|| p.file_stem()?.to_str().map(str::to_string))
+                            .flatten()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Every target under `dir`.
+    pub fn load_all(dir: &Path) -> Result<Vec<Target>, TargetError> {
+        Target::names(dir)
+            .iter()
+            .map(|n| Target::load(dir, n))
+            .collect()
+    }
+
+    /// The full id of a target function.
+    pub fn function(&self, suffix: &str) -> String {
+        format!("{}::{suffix}", self.prefix)
+    }
+
+    /// Whether one requirement holds; `Err` names why not.
+    pub fn check(&self, req: &str) -> Result<(), String> {
+        let (negated, body) = match req.strip_prefix('!') {
+            Some(b) => (true, b.trim()),
+            None => (false, req.trim()),
+        };
+        let (name, wanted) = match body.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(v.trim())),
+            None => (body, None),
+        };
+        let value = self.profile.get(name).map(|f| &f.value);
+        let holds = match (wanted, value) {
+            (Some(w), Some(v)) => text(v) == w,
+            (Some(_), None) => false,
+            (None, Some(v)) => truthy(v),
+            (None, None) => false,
+        };
+        if holds != negated {
+            return Ok(());
+        }
+        let shown = value.map(text).unwrap_or_else(|| "absent".into());
+        Err(if negated {
+            format!("requires `{req}`; target has {name}={shown}")
+        } else {
+            format!("requires `{req}`; target has {name}={shown}")
+        })
+    }
+
+    /// The first unmet requirement of a list.
+    pub fn unmet(&self, reqs: &[String]) -> Option<String> {
+        reqs.iter().find_map(|r| self.check(r).err())
+    }
+}
+
+/// Features named by any target: requirements outside it are typos.
+pub fn known_features(targets: &[Target]) -> BTreeSet<String> {
+    targets
+        .iter()
+        .flat_map(|t| t.profile.keys().cloned())
+        .collect()
+}

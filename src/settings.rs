@@ -1,0 +1,249 @@
+//! The live knob: the `sandbox-code-runner` entry of the engine's
+//! configuration worker (`inject_guidance`), hot-applied through the
+//! `configuration` trigger, and the agent-prompt guidance hook it controls.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::bus::{Bus, FunctionSpec, Handler, TriggerBinding};
+use crate::error::WorkerError;
+
+/// The configuration entry id.
+pub const ENTRY_ID: &str = "sandbox-code-runner";
+/// Internal: appends the guidance to an agent's system prompt.
+pub const GUIDANCE_FN: &str = "sandbox-code-runner::inject-guidance";
+/// Internal: receives configuration change events.
+pub const ON_CHANGE_FN: &str = "sandbox-code-runner::on-config-change";
+/// The harness hook the guidance function is bound to.
+pub const HOOK_TRIGGER: &str = "harness::hook::pre-generate";
+
+/// The worker's live settings, as stored by the configuration worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+#[schemars(title = "sandbox-code-runner settings")]
+pub struct LiveSettings {
+    /// Append usage guidance for run / register_function / teardown to every
+    /// agent system prompt (the harness pre-generate hook). Turn off to
+    /// shrink prompts; the functions stay in the catalog either way.
+    pub inject_guidance: bool,
+}
+
+impl Default for LiveSettings {
+    fn default() -> Self {
+        LiveSettings {
+            inject_guidance: true,
+        }
+    }
+}
+
+/// What agents are told about this worker.
+pub const GUIDANCE: &str = "\
+## Running code (sandbox-code-runner)
+- `sandbox-code-runner::run {lang: \"python\"|\"node\", code}` runs code in a fresh microVM and destroys it before answering (one-shot). Add `keep: true` to keep the VM; the answer's `runtime_id` then runs more code there: `run {runtime_id, code}`.
+- On a kept runtime, files and installed packages persist between runs; variables do not (every run is a fresh process). Keep state in files.
+- A failing script is still an answer: check `success`, `exit_code` and `stderr`. Errors (`sandbox-code-runner::…`) mean bad input or infrastructure.
+- `sandbox-code-runner::register_function {function_id: \"my-app::name\", lang, source}` publishes a bus function. `source` defines `handler(payload)` (python `def handler(payload):`, node `export function handler(payload)`) returning JSON; call it like any function.
+- `sandbox-code-runner::teardown {runtime_id}` or `{namespace: \"my-app\"}` stops runtimes you no longer need and unregisters their functions.
+- `runtime_id` is a secret: it is the capability to use and stop that VM. Never show it to users or write it to logs.
+- Code in the VM has a global `iii` (the iii SDK): `await iii.trigger({function_id, payload})` in node, `iii.trigger({...})` in python.
+";
+
+/// The hook's answer: the prompt with the guidance appended, or a no-op.
+pub fn guidance_mutation(enabled: bool, request: &Value) -> Value {
+    if !enabled {
+        return json!({"mutations": {}});
+    }
+    let prompt = request
+        .get("generate")
+        .and_then(|g| g.get("system_prompt"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let system_prompt = if prompt.is_empty() {
+        GUIDANCE.to_string()
+    } else {
+        format!("{}\n\n{GUIDANCE}", prompt.trim_end())
+    };
+    json!({"mutations": {"system_prompt": system_prompt}})
+}
+
+/// The live settings and the hook binding they imply.
+pub struct Settings {
+    bus: Arc<dyn Bus>,
+    current: Mutex<LiveSettings>,
+    hook: Mutex<Option<TriggerBinding>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Settings {
+    pub fn new(bus: Arc<dyn Bus>) -> Arc<Settings> {
+        Arc::new(Settings {
+            bus,
+            current: Mutex::new(LiveSettings::default()),
+            hook: Mutex::new(None),
+        })
+    }
+
+    pub fn current(&self) -> LiveSettings {
+        lock(&self.current).clone()
+    }
+
+    /// Whether the guidance hook is bound right now.
+    pub fn hook_bound(&self) -> bool {
+        lock(&self.hook).is_some()
+    }
+
+    /// Applies a stored value; a malformed one keeps the defaults.
+    pub fn apply(&self, value: &Value) {
+        let next: LiveSettings = if value.is_null() {
+            LiveSettings::default()
+        } else {
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "ignoring a malformed configuration value");
+                LiveSettings::default()
+            })
+        };
+        *lock(&self.current) = next.clone();
+        let mut hook = lock(&self.hook);
+        match (next.inject_guidance, hook.is_some()) {
+            (true, false) => match self.bus.bind(HOOK_TRIGGER, GUIDANCE_FN, json!({})) {
+                Ok(b) => {
+                    *hook = Some(b);
+                    tracing::info!("guidance hook bound");
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot bind the guidance hook"),
+            },
+            (false, true) => {
+                if let Some(b) = hook.take() {
+                    self.bus.unbind(b);
+                    tracing::info!("guidance hook unbound");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Publishes the internal functions.
+    pub fn publish(self: &Arc<Self>) {
+        let me = self.clone();
+        let guidance: Handler = Arc::new(move |req: Value| {
+            let me = me.clone();
+            Box::pin(async move { Ok(guidance_mutation(me.current().inject_guidance, &req)) })
+        });
+        self.bus.publish(
+            FunctionSpec {
+                id: GUIDANCE_FN.into(),
+                description: Some("Internal: appends sandbox-code-runner usage guidance to an agent's system prompt.".into()),
+                request_format: Some(json!({
+                    "type": "object",
+                    "properties": {"generate": {"type": "object", "properties": {"system_prompt": {"type": "string"}}}}
+                })),
+                response_format: Some(json!({
+                    "type": "object",
+                    "properties": {"mutations": {"type": "object", "properties": {"system_prompt": {"type": "string"}}}}
+                })),
+                metadata: Some(json!({"internal": true})),
+            },
+            guidance,
+        );
+        let me = self.clone();
+        let on_change: Handler = Arc::new(move |event: Value| {
+            let me = me.clone();
+            Box::pin(async move {
+                if event.get("id").and_then(Value::as_str) == Some(ENTRY_ID) {
+                    me.apply(event.get("new_value").unwrap_or(&Value::Null));
+                }
+                Ok::<Value, WorkerError>(json!({"ok": true}))
+            })
+        });
+        self.bus.publish(
+            FunctionSpec {
+                id: ON_CHANGE_FN.into(),
+                description: Some("Internal: hot-applies sandbox-code-runner settings on change.".into()),
+                request_format: None,
+                response_format: None,
+                metadata: Some(json!({"internal": true})),
+            },
+            on_change,
+        );
+    }
+
+    /// Registers the entry, subscribes to its changes and applies the stored
+    /// value. Without a configuration worker the defaults apply.
+    pub async fn boot(self: &Arc<Self>) {
+        let schema = serde_json::to_value(schemars::schema_for!(LiveSettings)).unwrap_or(json!({}));
+        let registered = self
+            .bus
+            .call(
+                "configuration::register",
+                json!({
+                    "id": ENTRY_ID,
+                    "name": "sandbox-code-runner",
+                    "description": "Live settings of the sandbox-code-runner worker.",
+                    "schema": schema,
+                }),
+                Duration::from_secs(10),
+            )
+            .await;
+        if let Err(e) = registered {
+            tracing::warn!(
+                code = %e.code,
+                "configuration worker unavailable; running on default settings (inject_guidance: true)"
+            );
+            self.apply(&Value::Null);
+            return;
+        }
+        if let Err(e) = self.bus.bind("configuration", ON_CHANGE_FN, json!({"configuration_id": ENTRY_ID})) {
+            tracing::warn!(error = %e, "cannot subscribe to configuration changes");
+        }
+        let value = self
+            .bus
+            .call("configuration::get", json!({"id": ENTRY_ID}), Duration::from_secs(10))
+            .await
+            .ok()
+            .and_then(|v| v.get("value").cloned())
+            .unwrap_or(Value::Null);
+        self.apply(&value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guidance_text_is_stable() {
+        insta::assert_snapshot!("guidance", GUIDANCE);
+    }
+
+    #[test]
+    fn guidance_is_appended_or_a_no_op() {
+        let on = guidance_mutation(true, &json!({"generate": {"system_prompt": "You are helpful."}}));
+        let p = on["mutations"]["system_prompt"].as_str().unwrap();
+        assert!(p.starts_with("You are helpful.\n\n## Running code"));
+        assert_eq!(guidance_mutation(false, &json!({})), json!({"mutations": {}}));
+        let bare = guidance_mutation(true, &json!({}));
+        assert_eq!(bare["mutations"]["system_prompt"], GUIDANCE);
+    }
+
+    #[test]
+    fn guidance_covers_what_agents_must_know() {
+        for needle in ["one-shot", "keep: true", "files", "variables do not", "failing script", "register_function", "handler(payload)", "teardown", "secret"] {
+            assert!(GUIDANCE.contains(needle), "guidance mentions {needle}");
+        }
+        assert!(!GUIDANCE.contains("rt-"), "no runtime id example");
+    }
+
+    #[test]
+    fn settings_default_on_and_parse() {
+        assert!(LiveSettings::default().inject_guidance);
+        let s: LiveSettings = serde_json::from_value(json!({})).unwrap();
+        assert!(s.inject_guidance);
+    }
+}

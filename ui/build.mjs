@@ -1,0 +1,41 @@
+// Builds the console assets: dist/cards.js (an IIFE that registers the cards)
+// and dist/cards.css. The one recipe for both `npm run build` and the root
+// build.rs, which runs it with `--outdir=<cache>` and `--modules=<dir>` (the
+// directory its cached `npm ci` ran in) so nothing is installed under ui/.
+//
+//   node build.mjs [--outdir=dist] [--modules=<dir holding node_modules>]
+
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values } = parseArgs({
+  options: {
+    outdir: { type: "string", default: join(here, "dist") },
+    modules: { type: "string", default: here },
+  },
+});
+const require = createRequire(join(resolve(values.modules), "package.json"));
+const esbuild = require("esbuild");
+const outdir = resolve(values.outdir);
+
+const banner = "/* sandbox-code-runner console cards: generated from ui/src by ui/build.mjs; do not edit. */";
+const common = { bundle: true, minify: true, legalComments: "none", logLevel: "warning", banner: { js: banner, css: banner } };
+
+await esbuild.build({
+  ...common,
+  entryPoints: [join(here, "src/register.ts")],
+  format: "iife",
+  target: ["es2020"],
+  platform: "browser",
+  outfile: join(outdir, "cards.js"),
+  banner: { js: banner },
+});
+await esbuild.build({
+  ...common,
+  entryPoints: [join(here, "src/cards.css")],
+  outfile: join(outdir, "cards.css"),
+  banner: { css: banner },
+});

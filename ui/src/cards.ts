@@ -1,0 +1,261 @@
+/**
+ * One renderer per function. Each turns an {@link Invocation} into a card
+ * tree; the frame, the redaction and the back ends are shared.
+ */
+
+import { definesHandler, guessLang } from "./highlight";
+import {
+  PENDING,
+  badge,
+  callout,
+  codeBlock,
+  duration,
+  errorVerdict,
+  fieldRow,
+  frame,
+  mono,
+  num,
+  record,
+  section,
+  str,
+  terminal,
+  type Invocation,
+  type Tone,
+  type Verdict,
+} from "./frame";
+import { redactedJson, redactText, type TextRedactor } from "./redact";
+import { h, secretChip, type Child, type VElement } from "./vnode";
+
+export type CardKind = "run" | "register_function" | "teardown";
+
+/** What a renderer needs besides the invocation. */
+export interface CardContext {
+  /** The card's text filter (runtime ids by shape plus this call's own ids). */
+  redact: TextRedactor;
+}
+
+function langBadge(lang: string | undefined): Child {
+  if (lang === "node") return badge("node", "node");
+  if (lang === "python") return badge("python", "python");
+  return null;
+}
+
+function lineCount(src: string | undefined): string {
+  if (!src) return "empty";
+  const n = src.split("\n").length - (src.endsWith("\n") ? 1 : 0);
+  return n === 1 ? "1 line" : `${n} lines`;
+}
+
+function hasOutput(inv: Invocation): boolean {
+  return inv.output !== undefined && inv.output !== null;
+}
+
+// ─── run ────────────────────────────────────────────────────────────────────
+
+export function renderRun(inv: Invocation, ctx: CardContext): VElement {
+  const input = record(inv.input);
+  const output = record(inv.output);
+  const code = str(input.code);
+  const lang = str(input.lang);
+  const keep = input.keep === true;
+  const inRuntime = str(input.runtime_id);
+  const outRuntime = str(output.runtime_id);
+  const runtime = outRuntime ?? inRuntime;
+
+  const badges: Child[] = [
+    langBadge(lang) ?? (inRuntime ? badge("kept runtime", "plain") : null),
+    inRuntime ? badge("reuse", "mode") : keep ? badge("keep", "mode") : badge("one-shot", "mode"),
+    num(input.timeout_ms) ? badge(`timeout ${duration(num(input.timeout_ms) as number)}`, "plain") : null,
+  ];
+
+  let verdict: Verdict;
+  let streamTone: Tone = "neutral";
+  if (inv.error !== undefined && inv.error !== null) {
+    verdict = errorVerdict(inv.error);
+  } else if (!hasOutput(inv)) {
+    verdict = PENDING;
+  } else {
+    const exit = num(output.exit_code);
+    const ms = num(output.duration_ms);
+    const ok = output.success === true && (exit === undefined || exit === 0);
+    const facts: Child[] = [exit !== undefined ? `exit ${exit}` : null, ms !== undefined ? duration(ms) : null];
+    if (ok) {
+      verdict = { tone: "ok", headline: "Succeeded", facts };
+    } else {
+      streamTone = "warn";
+      verdict = {
+        tone: "warn",
+        headline: exit !== undefined && exit !== 0 ? `Exited with code ${exit}` : "Script failed",
+        facts: [ms !== undefined ? duration(ms) : null],
+        detail: "The script failed, the call did not: stdout, stderr and the exit code are its answer.",
+      };
+    }
+    if (keep && !inRuntime && !outRuntime) {
+      verdict.detail = h(
+        "span",
+        null,
+        verdict.detail ? h("span", null, verdict.detail, " ") : null,
+        "Nothing was kept: only a keep run that succeeds leaves a runtime behind.",
+      );
+    }
+  }
+  if (runtime) {
+    verdict.aside = h("span", { class: "scr-runtime" }, h("span", { class: "scr-runtime-label" }, inRuntime ? "in runtime" : "kept runtime"), secretChip(runtime));
+  }
+
+  const sections: Child[] = [];
+  if ("result" in output) {
+    const value = output.result;
+    sections.push(
+      section(
+        "Value",
+        null,
+        value === null
+          ? h(
+              "p",
+              { class: "scr-null" },
+              mono("null"),
+              " — ",
+              lang === "python" ? ["python code is a module: assign ", mono("result = …"), " to return a value."] : ["node code is a function body: ", mono("return …"), " a value."],
+            )
+          : h("pre", { class: "scr-value" }, redactedJson(value)),
+      ),
+    );
+  }
+  if (code !== undefined) {
+    const shownLang = lang ?? guessLang(code);
+    sections.push(section("Source", [lang ? lang : `${shownLang} (guessed)`, " · ", lineCount(code)], codeBlock(code, shownLang, ctx.redact)));
+  }
+  if (hasOutput(inv)) {
+    const out = terminal("stdout", output.stdout, "neutral", ctx.redact);
+    const err = terminal("stderr", output.stderr, streamTone, ctx.redact);
+    sections.push(section("Output", null, out || err ? [out, err] : h("p", { class: "scr-empty" }, "No output on stdout or stderr.")));
+  }
+
+  return frame({ fn: "run", title: "run", badges, verdict, sections, invocation: inv });
+}
+
+// ─── register_function ──────────────────────────────────────────────────────
+
+/** `app::` for `app::greet`; null when the id has no namespace. */
+export function namespaceOf(functionId: string | undefined): string | null {
+  if (!functionId) return null;
+  const at = functionId.indexOf("::");
+  return at > 0 ? `${functionId.slice(0, at)}::` : null;
+}
+
+export function renderRegister(inv: Invocation, ctx: CardContext): VElement {
+  const input = record(inv.input);
+  const output = record(inv.output);
+  const fid = str(output.function_id) ?? str(input.function_id);
+  const lang = str(input.lang);
+  const source = str(input.source);
+  const ns = namespaceOf(fid);
+
+  let verdict: Verdict;
+  if (inv.error !== undefined && inv.error !== null) verdict = errorVerdict(inv.error);
+  else if (!hasOutput(inv)) verdict = PENDING;
+  else if (output.registered === true) verdict = { tone: "ok", headline: "Registered", facts: [fid ? mono(fid) : null] };
+  else verdict = { tone: "warn", headline: "Not registered", facts: [fid ? mono(fid) : null] };
+
+  const sections: Child[] = [];
+  sections.push(
+    h(
+      "div",
+      { class: "scr-fields" },
+      fieldRow("namespace", ns ? mono(ns) : h("em", null, "none: the id has no `::`"), ns ? [`one runtime per language backs every id in `, mono(ns)] : null),
+      fieldRow("function", fid ? mono(fid) : h("em", null, "missing")),
+      str(input.description) ? fieldRow("description", str(input.description)) : null,
+    ),
+  );
+  if (source !== undefined) {
+    if (!definesHandler(source, lang)) {
+      sections.push(
+        callout(
+          "warn",
+          "No handler is defined",
+          h(
+            "p",
+            null,
+            "register_function calls ",
+            mono("handler(payload)"),
+            " and refuses a source that does not define one. ",
+            lang === "python" ? ["Define ", mono("def handler(payload):"), " at module level."] : ["Export it: ", mono("export function handler(payload) { … }"), "."],
+          ),
+        ),
+      );
+    } else if (lang === "python" && /(^|\n)\s*async\s+def\s+handler\b/.test(source)) {
+      sections.push(callout("warn", "async handler", h("p", null, mono("async def handler"), " is refused on python; define a plain ", mono("def handler(payload):"), ".")));
+    }
+    sections.push(section("Source", [lang ?? "", lang ? " · " : "", lineCount(source)], codeBlock(source, lang, ctx.redact)));
+  }
+  return frame({ fn: "register_function", title: "register_function", badges: [langBadge(lang)], verdict, sections, invocation: inv });
+}
+
+// ─── teardown ───────────────────────────────────────────────────────────────
+
+export function renderTeardown(inv: Invocation, _ctx: CardContext): VElement {
+  const input = record(inv.input);
+  const output = record(inv.output);
+  const runtime = str(output.runtime_id) ?? str(input.runtime_id);
+  const ns = str(output.namespace) ?? str(input.namespace);
+  const nsShown = ns ? (ns.endsWith("::") ? ns : `${ns}::`) : undefined;
+  const unregistered = Array.isArray(output.unregistered) ? output.unregistered.filter((x): x is string => typeof x === "string") : [];
+
+  let verdict: Verdict;
+  if (inv.error !== undefined && inv.error !== null) verdict = errorVerdict(inv.error);
+  else if (!hasOutput(inv)) verdict = PENDING;
+  else if (output.torn_down === true) {
+    verdict = {
+      tone: "ok",
+      headline: "Torn down",
+      facts: [unregistered.length === 1 ? "1 function unregistered" : `${unregistered.length} functions unregistered`],
+    };
+  } else verdict = { tone: "warn", headline: "Nothing was torn down" };
+
+  const target: Child = runtime
+    ? fieldRow("runtime", secretChip(runtime), "the id no longer addresses anything")
+    : nsShown
+      ? fieldRow("namespace", mono(nsShown), "every runtime backing it, one per language")
+      : fieldRow("target", h("em", null, "neither runtime_id nor namespace"));
+
+  const sections: Child[] = [h("div", { class: "scr-fields" }, target)];
+  if (hasOutput(inv) && !inv.error) {
+    sections.push(
+      section(
+        "Stopped resolving",
+        unregistered.length ? String(unregistered.length) : null,
+        unregistered.length
+          ? h(
+              "ul",
+              { class: "scr-gone" },
+              unregistered.map((id) => h("li", null, h("span", { class: "scr-gone-mark", "aria-hidden": "true" }, "⊘"), mono(id))),
+            )
+          : h("p", { class: "scr-empty" }, runtime ? "No function ids: this runtime had published none, so nothing on the bus changed." : "No function ids were registered under it."),
+      ),
+    );
+  }
+  return frame({
+    fn: "teardown",
+    title: "teardown",
+    badges: [runtime ? badge("by runtime", "mode") : nsShown ? badge("by namespace", "mode") : null],
+    verdict,
+    sections,
+    invocation: inv,
+  });
+}
+
+export const RENDERERS: Record<CardKind, (inv: Invocation, ctx: CardContext) => VElement> = {
+  run: renderRun,
+  register_function: renderRegister,
+  teardown: renderTeardown,
+};
+
+/** Which renderer a function id takes (`…::run` → run), or null. */
+export function kindOf(functionId: string | undefined): CardKind | null {
+  if (typeof functionId !== "string") return null;
+  const op = functionId.slice(functionId.lastIndexOf("::") + 2);
+  return op === "run" || op === "register_function" || op === "teardown" ? op : null;
+}
+
+export { redactText };

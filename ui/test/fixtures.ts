@@ -1,0 +1,60 @@
+import { readFileSync, readdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+export interface Fixture {
+  name: string;
+  about: string;
+  recorded: boolean;
+  function_id: string;
+  input?: unknown;
+  output?: unknown;
+  error?: unknown;
+}
+
+export const FIXTURE_DIR = fileURLToPath(new URL("../../fixtures/ui/", import.meta.url));
+
+export function loadFixtures(): Fixture[] {
+  return readdirSync(FIXTURE_DIR)
+    .filter((f) => f.endsWith(".json"))
+    .sort()
+    .map((f) => JSON.parse(readFileSync(FIXTURE_DIR + f, "utf8")) as Fixture);
+}
+
+export function fixture(name: string): Fixture {
+  const f = loadFixtures().find((x) => x.name === name);
+  if (!f) throw new Error(`no fixture ${name}`);
+  return f;
+}
+
+/** A full runtime id, anywhere, any case. */
+export const FULL_ID = /rt-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
+/** The UUID part alone: its presence is a leak too. */
+export const ANY_UUID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
+
+/** Every secret a fixture carries: ids by shape, and values under runtime_id keys. */
+export function secretsOf(value: unknown): string[] {
+  const text = JSON.stringify(value);
+  const found = new Set<string>(text.match(new RegExp(FULL_ID.source, "gi")) ?? []);
+  const walk = (v: unknown): void => {
+    if (Array.isArray(v)) v.forEach(walk);
+    else if (v && typeof v === "object") {
+      for (const [k, x] of Object.entries(v)) {
+        if (k === "runtime_id" && typeof x === "string") found.add(x);
+        walk(x);
+      }
+    }
+  };
+  walk(value);
+  return [...found];
+}
+
+/** Asserts `out` holds no full id and no secret of `source`. */
+export function assertNoLeak(out: string, source: unknown, where: string): void {
+  const m = FULL_ID.exec(out) ?? ANY_UUID.exec(out);
+  if (m) throw new Error(`${where}: full runtime id or UUID leaked: ${m[0]}`);
+  for (const s of secretsOf(source)) {
+    for (const form of [s, s.toLowerCase(), s.toUpperCase(), s.slice(3)]) {
+      if (form.length >= 6 && out.includes(form)) throw new Error(`${where}: secret leaked: ${form}`);
+    }
+  }
+}
