@@ -80,7 +80,10 @@ fn main() {
         for (variant, config) in [
             ("oneshot_no_pool", "warm_pool: 0\n"),
             ("oneshot_pool", "warm_pool: 1\n"),
-            ("oneshot_pool_background_stop", "warm_pool: 1\noneshot_stop: background\n"),
+            (
+                "oneshot_pool_background_stop",
+                "warm_pool: 1\noneshot_stop: background\n",
+            ),
         ] {
             let worker = rt.block_on(Worker::spawn(&url, &client, config));
             for lang in [Lang::Python, Lang::Node] {
@@ -97,7 +100,12 @@ fn main() {
                                     pool_ready(client, lang.as_str(), 1).await;
                                 }
                                 let t = Instant::now();
-                                must(client, "sandbox-code-runner::run", json!({"lang": lang.as_str(), "code": code_of(lang)})).await;
+                                must(
+                                    client,
+                                    "sandbox-code-runner::run",
+                                    json!({"lang": lang.as_str(), "code": code_of(lang)}),
+                                )
+                                .await;
                                 total += t.elapsed();
                             }
                             total
@@ -106,7 +114,10 @@ fn main() {
                 });
                 ids.push(format!("boot/{id}"));
             }
-            record_calls(&format!("boot/{variant}"), rt.block_on(calls_per_op(&client, "run")));
+            record_calls(
+                &format!("boot/{variant}"),
+                rt.block_on(calls_per_op(&client, "run")),
+            );
             rt.block_on(worker.stop());
         }
         g.finish();
@@ -118,20 +129,38 @@ fn main() {
     {
         let mut g = c.benchmark_group("reuse");
         for lang in [Lang::Python, Lang::Node] {
-            let kept = rt.block_on(must(&client, "sandbox-code-runner::run", json!({"lang": lang.as_str(), "code": code_of(lang), "keep": true})));
+            let kept = rt.block_on(must(
+                &client,
+                "sandbox-code-runner::run",
+                json!({"lang": lang.as_str(), "code": code_of(lang), "keep": true}),
+            ));
             let rid = kept["runtime_id"].as_str().expect("runtime_id").to_string();
             let before = rt.block_on(must(&client, "sandbox-code-runner::stats", json!({})));
             let id = format!("worker_run_kept/{lang}");
             g.bench_function(&id, |b| {
                 b.to_async(&rt).iter(|| async {
-                    must(&client, "sandbox-code-runner::run", json!({"runtime_id": rid, "code": code_of(lang)})).await;
+                    must(
+                        &client,
+                        "sandbox-code-runner::run",
+                        json!({"runtime_id": rid, "code": code_of(lang)}),
+                    )
+                    .await;
                 })
             });
             let after = rt.block_on(must(&client, "sandbox-code-runner::stats", json!({})));
-            let d = |k: &str| after["run"][k].as_f64().unwrap_or(0.0) - before["run"][k].as_f64().unwrap_or(0.0);
-            record_calls(&format!("reuse/{id}"), d("sandbox_calls") / d("ops").max(1.0));
+            let d = |k: &str| {
+                after["run"][k].as_f64().unwrap_or(0.0) - before["run"][k].as_f64().unwrap_or(0.0)
+            };
+            record_calls(
+                &format!("reuse/{id}"),
+                d("sandbox_calls") / d("ops").max(1.0),
+            );
             ids.push(format!("reuse/{id}"));
-            rt.block_on(must(&client, "sandbox-code-runner::teardown", json!({"runtime_id": rid})));
+            rt.block_on(must(
+                &client,
+                "sandbox-code-runner::teardown",
+                json!({"runtime_id": rid}),
+            ));
 
             let sid = rt.block_on(async {
                 let sid = direct_create(&client, lang.image()).await;
@@ -154,12 +183,22 @@ fn main() {
     {
         let mut g = c.benchmark_group("handler_call");
         let handlers = [
-            (Lang::Python, "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}\n"),
-            (Lang::Node, "export function handler(p) { return {doubled: p.n * 2} }\n"),
+            (
+                Lang::Python,
+                "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}\n",
+            ),
+            (
+                Lang::Node,
+                "export function handler(p) { return {doubled: p.n * 2} }\n",
+            ),
         ];
         for (lang, source) in handlers {
             let fid = format!("bench-{lang}::double");
-            rt.block_on(must(&client, "sandbox-code-runner::register_function", json!({"function_id": fid, "lang": lang.as_str(), "source": source})));
+            rt.block_on(must(
+                &client,
+                "sandbox-code-runner::register_function",
+                json!({"function_id": fid, "lang": lang.as_str(), "source": source}),
+            ));
             let before = rt.block_on(must(&client, "sandbox-code-runner::stats", json!({})));
             let id = format!("worker_call/{lang}");
             g.bench_function(&id, |b| {
@@ -168,18 +207,36 @@ fn main() {
                 })
             });
             let after = rt.block_on(must(&client, "sandbox-code-runner::stats", json!({})));
-            let d = |k: &str| after["handler_call"][k].as_f64().unwrap_or(0.0) - before["handler_call"][k].as_f64().unwrap_or(0.0);
-            record_calls(&format!("handler_call/{id}"), d("sandbox_calls") / d("ops").max(1.0));
+            let d = |k: &str| {
+                after["handler_call"][k].as_f64().unwrap_or(0.0)
+                    - before["handler_call"][k].as_f64().unwrap_or(0.0)
+            };
+            record_calls(
+                &format!("handler_call/{id}"),
+                d("sandbox_calls") / d("ops").max(1.0),
+            );
             ids.push(format!("handler_call/{id}"));
 
             let sid = rt.block_on(direct_create(&client, lang.image()));
             let path = guest::handler_module_path(lang, 0, &fid);
-            rt.block_on(must(&client, "sandbox::fs::write", json!({"sandbox_id": sid, "path": path, "content": source, "parents": true})));
+            rt.block_on(must(
+                &client,
+                "sandbox::fs::write",
+                json!({"sandbox_id": sid, "path": path, "content": source, "parents": true}),
+            ));
             let id = format!("direct_exec/{lang}");
             g.bench_function(&id, |b| {
                 b.to_async(&rt).iter(|| async {
                     let secret = guest::new_secret();
-                    let p = guest::invoke_exec(lang, &fid, &path, guest::InvokeMode::Call, &json!({"n": 21}), &secret, 10_000);
+                    let p = guest::invoke_exec(
+                        lang,
+                        &fid,
+                        &path,
+                        guest::InvokeMode::Call,
+                        &json!({"n": 21}),
+                        &secret,
+                        10_000,
+                    );
                     direct_exec(&client, &sid, &p).await;
                 })
             });
@@ -196,22 +253,32 @@ fn main() {
         let mut g = c.benchmark_group("concurrency");
         for n in [1u64, 4, 16] {
             g.throughput(Throughput::Elements(n));
-            g.bench_with_input(BenchmarkId::new("parallel_oneshot_python", n), &n, |b, &n| {
-                b.to_async(&rt).iter_custom(|iters| {
-                    let client = &client;
-                    async move {
-                        let mut total = Duration::ZERO;
-                        for _ in 0..iters {
-                            pool_ready(client, "python", n).await;
-                            let t = Instant::now();
-                            let runs = (0..n).map(|_| must(client, "sandbox-code-runner::run", json!({"lang": "python", "code": PY})));
-                            futures_util::future::join_all(runs).await;
-                            total += t.elapsed();
+            g.bench_with_input(
+                BenchmarkId::new("parallel_oneshot_python", n),
+                &n,
+                |b, &n| {
+                    b.to_async(&rt).iter_custom(|iters| {
+                        let client = &client;
+                        async move {
+                            let mut total = Duration::ZERO;
+                            for _ in 0..iters {
+                                pool_ready(client, "python", n).await;
+                                let t = Instant::now();
+                                let runs = (0..n).map(|_| {
+                                    must(
+                                        client,
+                                        "sandbox-code-runner::run",
+                                        json!({"lang": "python", "code": PY}),
+                                    )
+                                });
+                                futures_util::future::join_all(runs).await;
+                                total += t.elapsed();
+                            }
+                            total
                         }
-                        total
-                    }
-                })
-            });
+                    })
+                },
+            );
             ids.push(format!("concurrency/parallel_oneshot_python/{n}"));
         }
         g.finish();
@@ -228,28 +295,97 @@ fn main() {
         "hermetic-vm-like",
         &ids,
         &[
-            ("one-shot python: pool / no pool", "boot/oneshot_pool/python", "boot/oneshot_no_pool/python", 0.5),
-            ("one-shot node: pool / no pool", "boot/oneshot_pool/node", "boot/oneshot_no_pool/node", 0.5),
-            ("one-shot python: pool+background / bare exec", "boot/oneshot_pool_background_stop/python", "boot/direct_exec_running_vm/python", 1.3),
-            ("one-shot node: pool+background / bare exec", "boot/oneshot_pool_background_stop/node", "boot/direct_exec_running_vm/node", 1.3),
-            ("one-shot python (no pool) / direct create+exec+stop", "boot/oneshot_no_pool/python", "boot/direct_create_exec_stop/python", 1.1),
-            ("reuse python / direct exec", "reuse/worker_run_kept/python", "reuse/direct_exec/python", 1.1),
-            ("reuse node / direct exec", "reuse/worker_run_kept/node", "reuse/direct_exec/node", 1.1),
-            ("handler python / direct exec", "handler_call/worker_call/python", "handler_call/direct_exec/python", 1.1),
-            ("handler node / direct exec", "handler_call/worker_call/node", "handler_call/direct_exec/node", 1.1),
-            ("16 parallel / 4 parallel (time)", "concurrency/parallel_oneshot_python/16", "concurrency/parallel_oneshot_python/4", 2.0),
+            (
+                "one-shot python: pool / no pool",
+                "boot/oneshot_pool/python",
+                "boot/oneshot_no_pool/python",
+                0.5,
+            ),
+            (
+                "one-shot node: pool / no pool",
+                "boot/oneshot_pool/node",
+                "boot/oneshot_no_pool/node",
+                0.5,
+            ),
+            (
+                "one-shot python: pool+background / bare exec",
+                "boot/oneshot_pool_background_stop/python",
+                "boot/direct_exec_running_vm/python",
+                1.3,
+            ),
+            (
+                "one-shot node: pool+background / bare exec",
+                "boot/oneshot_pool_background_stop/node",
+                "boot/direct_exec_running_vm/node",
+                1.3,
+            ),
+            (
+                "one-shot python (no pool) / direct create+exec+stop",
+                "boot/oneshot_no_pool/python",
+                "boot/direct_create_exec_stop/python",
+                1.1,
+            ),
+            (
+                "reuse python / direct exec",
+                "reuse/worker_run_kept/python",
+                "reuse/direct_exec/python",
+                1.1,
+            ),
+            (
+                "reuse node / direct exec",
+                "reuse/worker_run_kept/node",
+                "reuse/direct_exec/node",
+                1.1,
+            ),
+            (
+                "handler python / direct exec",
+                "handler_call/worker_call/python",
+                "handler_call/direct_exec/python",
+                1.1,
+            ),
+            (
+                "handler node / direct exec",
+                "handler_call/worker_call/node",
+                "handler_call/direct_exec/node",
+                1.1,
+            ),
+            (
+                "16 parallel / 4 parallel (time)",
+                "concurrency/parallel_oneshot_python/16",
+                "concurrency/parallel_oneshot_python/4",
+                2.0,
+            ),
         ],
     );
     // Absolute overheads (the 1 ms budgets).
     for (label, a, b) in [
-        ("reuse python", "reuse/worker_run_kept/python", "reuse/direct_exec/python"),
-        ("reuse node", "reuse/worker_run_kept/node", "reuse/direct_exec/node"),
-        ("handler python", "handler_call/worker_call/python", "handler_call/direct_exec/python"),
-        ("handler node", "handler_call/worker_call/node", "handler_call/direct_exec/node"),
+        (
+            "reuse python",
+            "reuse/worker_run_kept/python",
+            "reuse/direct_exec/python",
+        ),
+        (
+            "reuse node",
+            "reuse/worker_run_kept/node",
+            "reuse/direct_exec/node",
+        ),
+        (
+            "handler python",
+            "handler_call/worker_call/python",
+            "handler_call/direct_exec/python",
+        ),
+        (
+            "handler node",
+            "handler_call/worker_call/node",
+            "handler_call/direct_exec/node",
+        ),
     ] {
         if let (Some(x), Some(y)) = (stats_of(a), stats_of(b)) {
             let d = x["median_ms"].as_f64().unwrap_or(0.0) - y["median_ms"].as_f64().unwrap_or(0.0);
-            eprintln!("{label}: worker overhead {d:.3} ms p50 (limit 1 ms) {}", if d <= 1.0 { "ok" } else { "OVER" });
+            eprintln!(
+                "{label}: worker overhead {d:.3} ms p50 (limit 1 ms) {}",
+                if d <= 1.0 { "ok" } else { "OVER" }
+            );
         }
     }
 }

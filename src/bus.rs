@@ -96,7 +96,12 @@ pub trait Bus: Send + Sync + 'static {
     fn publish(&self, spec: FunctionSpec, handler: Handler);
     fn unpublish(&self, function_id: &str);
     /// Binds `function_id` to a trigger type (pending until its provider exists).
-    fn bind(&self, trigger_type: &str, function_id: &str, config: Value) -> Result<TriggerBinding, BusError>;
+    fn bind(
+        &self,
+        trigger_type: &str,
+        function_id: &str,
+        config: Value,
+    ) -> Result<TriggerBinding, BusError>;
     fn unbind(&self, binding: TriggerBinding);
 }
 
@@ -167,7 +172,12 @@ impl Bus for SdkBus {
         }
     }
 
-    fn bind(&self, trigger_type: &str, function_id: &str, config: Value) -> Result<TriggerBinding, BusError> {
+    fn bind(
+        &self,
+        trigger_type: &str,
+        function_id: &str,
+        config: Value,
+    ) -> Result<TriggerBinding, BusError> {
         // The engine this worker is measured against binds through trigger
         // frames; observe is an 0.25-engine feature it does not advertise.
         #[allow(deprecated)]

@@ -91,6 +91,10 @@ impl WarmPool {
         self.drain()
     }
 
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Waits until no VM is warming (after `close`, for a complete shutdown).
     pub async fn settle(&self, deadline: std::time::Duration) {
         let until = tokio::time::Instant::now() + deadline;

@@ -24,6 +24,9 @@ use crate::sandbox::{
 };
 use crate::wire::{RunResponse, TeardownResponse};
 
+/// How often the warm pool is topped up without traffic.
+const POOL_MAINTENANCE: Duration = Duration::from_secs(2);
+
 /// Largest `code` or `source` accepted.
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
 /// Largest `description` accepted.
@@ -332,10 +335,29 @@ impl Manager {
         n
     }
 
-    /// Fills the pool at boot.
+    /// Fills the pool at boot, and keeps it topped up: a refill that failed
+    /// (capacity, a daemon not yet there) is retried by this loop, and a
+    /// pool with no traffic still recovers.
     pub fn start_pool(&self) {
+        if self.config.warm_pool == 0 {
+            return;
+        }
         self.refill(Lang::Node);
         self.refill(Lang::Python);
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(POOL_MAINTENANCE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(m) = me.upgrade() else { return };
+                if m.pool.is_closed() {
+                    return;
+                }
+                m.refill(Lang::Node);
+                m.refill(Lang::Python);
+            }
+        });
     }
 
     /// Stops a VM and forgets it. A VM the daemon already dropped is fine.

@@ -165,7 +165,9 @@ impl Settings {
         self.bus.publish(
             FunctionSpec {
                 id: ON_CHANGE_FN.into(),
-                description: Some("Internal: hot-applies sandbox-code-runner settings on change.".into()),
+                description: Some(
+                    "Internal: hot-applies sandbox-code-runner settings on change.".into(),
+                ),
                 request_format: None,
                 response_format: None,
                 metadata: Some(json!({"internal": true})),
@@ -199,12 +201,20 @@ impl Settings {
             self.apply(&Value::Null);
             return;
         }
-        if let Err(e) = self.bus.bind("configuration", ON_CHANGE_FN, json!({"configuration_id": ENTRY_ID})) {
+        if let Err(e) = self.bus.bind(
+            "configuration",
+            ON_CHANGE_FN,
+            json!({"configuration_id": ENTRY_ID}),
+        ) {
             tracing::warn!(error = %e, "cannot subscribe to configuration changes");
         }
         let value = self
             .bus
-            .call("configuration::get", json!({"id": ENTRY_ID}), Duration::from_secs(10))
+            .call(
+                "configuration::get",
+                json!({"id": ENTRY_ID}),
+                Duration::from_secs(10),
+            )
             .await
             .ok()
             .and_then(|v| v.get("value").cloned())
@@ -224,17 +234,33 @@ mod tests {
 
     #[test]
     fn guidance_is_appended_or_a_no_op() {
-        let on = guidance_mutation(true, &json!({"generate": {"system_prompt": "You are helpful."}}));
+        let on = guidance_mutation(
+            true,
+            &json!({"generate": {"system_prompt": "You are helpful."}}),
+        );
         let p = on["mutations"]["system_prompt"].as_str().unwrap();
         assert!(p.starts_with("You are helpful.\n\n## Running code"));
-        assert_eq!(guidance_mutation(false, &json!({})), json!({"mutations": {}}));
+        assert_eq!(
+            guidance_mutation(false, &json!({})),
+            json!({"mutations": {}})
+        );
         let bare = guidance_mutation(true, &json!({}));
         assert_eq!(bare["mutations"]["system_prompt"], GUIDANCE);
     }
 
     #[test]
     fn guidance_covers_what_agents_must_know() {
-        for needle in ["one-shot", "keep: true", "files", "variables do not", "failing script", "register_function", "handler(payload)", "teardown", "secret"] {
+        for needle in [
+            "one-shot",
+            "keep: true",
+            "files",
+            "variables do not",
+            "failing script",
+            "register_function",
+            "handler(payload)",
+            "teardown",
+            "secret",
+        ] {
             assert!(GUIDANCE.contains(needle), "guidance mentions {needle}");
         }
         assert!(!GUIDANCE.contains("rt-"), "no runtime id example");

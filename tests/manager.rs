@@ -223,7 +223,12 @@ impl Bus for FakeBus {
         self.published.lock().unwrap().remove(function_id);
     }
 
-    fn bind(&self, trigger_type: &str, function_id: &str, _config: Value) -> Result<TriggerBinding, BusError> {
+    fn bind(
+        &self,
+        trigger_type: &str,
+        function_id: &str,
+        _config: Value,
+    ) -> Result<TriggerBinding, BusError> {
         Ok(TriggerBinding::detached(trigger_type, function_id))
     }
 
@@ -944,4 +949,40 @@ async fn background_stop_answers_first_then_stops() {
         eventually(|| stats(&w)["run"]["sandbox_calls"] == 3).await,
         "the stop is charged to the run"
     );
+}
+
+#[tokio::test]
+async fn a_pool_that_could_not_fill_recovers_without_traffic() {
+    let w = pooled(1);
+    *w.sandbox.capacity.lock().unwrap() = Some(0);
+    w.manager.start_pool();
+    // Every refill is refused while the daemon is full.
+    assert!(
+        eventually(|| w
+            .sandbox
+            .ops()
+            .iter()
+            .filter(|o| o.starts_with("create"))
+            .count()
+            >= 2)
+        .await
+    );
+    assert_eq!(
+        w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node),
+        0
+    );
+    *w.sandbox.capacity.lock().unwrap() = None;
+    let mut recovered = false;
+    for _ in 0..200 {
+        if w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
+            && w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1
+        {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(recovered, "the maintenance loop refills the pool");
+    w.manager.shutdown().await;
+    assert_eq!(w.sandbox.live(), 0);
 }

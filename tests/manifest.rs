@@ -44,7 +44,11 @@ fn functions_are_the_published_ones() {
         .filter_map(|f| f["id"].as_str())
         .collect();
     for f in sandbox_code_runner::functions::specs() {
-        assert!(listed.contains(&f.id.as_str()), "{} missing from the manifest", f.id);
+        assert!(
+            listed.contains(&f.id.as_str()),
+            "{} missing from the manifest",
+            f.id
+        );
     }
     assert!(listed.contains(&sandbox_code_runner::settings::GUIDANCE_FN));
     assert!(listed.contains(&sandbox_code_runner::functions::STATS));

@@ -12,12 +12,16 @@ const GUIDANCE_FN: &str = "sandbox-code-runner::inject-guidance";
 
 async fn hook_bound(h: &Harness) -> bool {
     let info = h
-        .call("engine::functions::info", json!({"function_id": GUIDANCE_FN}))
+        .call(
+            "engine::functions::info",
+            json!({"function_id": GUIDANCE_FN}),
+        )
         .await
         .expect("the guidance function is registered");
-    info["registered_triggers"]
-        .as_array()
-        .is_some_and(|t| t.iter().any(|t| t["trigger_type"] == "harness::hook::pre-generate"))
+    info["registered_triggers"].as_array().is_some_and(|t| {
+        t.iter()
+            .any(|t| t["trigger_type"] == "harness::hook::pre-generate")
+    })
 }
 
 async fn set(h: &Harness, on: bool) -> Value {

@@ -24,6 +24,8 @@ pub fn vm_like() -> SandboxLimits {
     SandboxLimits {
         boot_delay_ms: 300,
         stop_grace_ms: 200,
+        // Room for a warm pool of 16 per language plus the VMs in use.
+        max_concurrent_sandboxes: 64,
         ..SandboxLimits::default()
     }
 }
@@ -100,7 +102,9 @@ impl Worker {
             .spawn()
             .expect("worker starts");
         let up = wait_until(Duration::from_secs(30), || async {
-            call(client, "sandbox-code-runner::stats", json!({})).await.is_ok()
+            call(client, "sandbox-code-runner::stats", json!({}))
+                .await
+                .is_ok()
         })
         .await;
         assert!(up, "worker serves");
@@ -110,7 +114,10 @@ impl Worker {
     /// SIGTERM, then wait: the worker stops every VM it owns.
     pub async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").arg("-15").arg(pid.to_string()).status();
+            let _ = std::process::Command::new("kill")
+                .arg("-15")
+                .arg(pid.to_string())
+                .status();
         }
         let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
     }
@@ -133,7 +140,11 @@ where
     }
 }
 
-pub async fn call(client: &IIIClient, function_id: &str, payload: Value) -> Result<Value, iii_sdk::Error> {
+pub async fn call(
+    client: &IIIClient,
+    function_id: &str,
+    payload: Value,
+) -> Result<Value, iii_sdk::Error> {
     client
         .trigger(TriggerRequest {
             function_id: function_id.into(),
@@ -175,12 +186,21 @@ pub async fn calls_per_op(client: &IIIClient, op: &str) -> f64 {
 
 /// A sandbox created directly (no worker), for the baselines.
 pub async fn direct_create(client: &IIIClient, image: &str) -> String {
-    let v = must(client, "sandbox::create", json!({"image": image, "network": true, "name": "bench-baseline"})).await;
+    let v = must(
+        client,
+        "sandbox::create",
+        json!({"image": image, "network": true, "name": "bench-baseline"}),
+    )
+    .await;
     v["sandbox_id"].as_str().expect("sandbox_id").to_string()
 }
 
 /// `sandbox::exec` of exactly what the worker would exec.
-pub async fn direct_exec(client: &IIIClient, sandbox_id: &str, p: &sandbox_code_runner::sandbox::ExecParams) -> Value {
+pub async fn direct_exec(
+    client: &IIIClient,
+    sandbox_id: &str,
+    p: &sandbox_code_runner::sandbox::ExecParams,
+) -> Value {
     use base64::Engine as _;
     let mut payload = json!({
         "sandbox_id": sandbox_id,
@@ -205,7 +225,10 @@ pub async fn direct_stop(client: &IIIClient, sandbox_id: &str) {
 pub static CALLS_PER_OP: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
 
 pub fn record_calls(bench_id: &str, calls: f64) {
-    CALLS_PER_OP.lock().unwrap().insert(bench_id.to_string(), calls);
+    CALLS_PER_OP
+        .lock()
+        .unwrap()
+        .insert(bench_id.to_string(), calls);
     eprintln!("{bench_id}: {calls:.2} sandbox calls/op");
 }
 
@@ -219,8 +242,10 @@ fn criterion_dir() -> PathBuf {
 /// Per-iteration statistics of one criterion benchmark, in milliseconds.
 pub fn stats_of(bench_id: &str) -> Option<Value> {
     let dir = criterion_dir().join(bench_id).join("new");
-    let est: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("estimates.json")).ok()?).ok()?;
-    let sample: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("sample.json")).ok()?).ok()?;
+    let est: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("estimates.json")).ok()?).ok()?;
+    let sample: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sample.json")).ok()?).ok()?;
     let iters = sample["iters"].as_array()?;
     let times = sample["times"].as_array()?;
     let per: Vec<f64> = iters
@@ -252,7 +277,12 @@ fn git_revision() -> String {
 }
 
 /// Writes `target/bench-summary-<name>.json` and prints the ratios.
-pub fn write_summary(name: &str, target: &str, bench_ids: &[String], ratios: &[(&str, &str, &str, f64)]) {
+pub fn write_summary(
+    name: &str,
+    target: &str,
+    bench_ids: &[String],
+    ratios: &[(&str, &str, &str, f64)],
+) {
     let calls = CALLS_PER_OP.lock().unwrap().clone();
     let mut benches = serde_json::Map::new();
     for id in bench_ids {
@@ -284,6 +314,9 @@ pub fn write_summary(name: &str, target: &str, bench_ids: &[String], ratios: &[(
         .parent()
         .map(|p| p.join(format!("bench-summary-{name}.json")))
         .unwrap_or_else(|| PathBuf::from(format!("bench-summary-{name}.json")));
-    let _ = std::fs::write(&path, serde_json::to_string_pretty(&summary).unwrap_or_default());
+    let _ = std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&summary).unwrap_or_default(),
+    );
     eprintln!("summary written to {}", path.display());
 }
