@@ -6,6 +6,13 @@
 //! under `<target>/guest-npm/<key>/`, keyed by a hash of package.json,
 //! package-lock.json and the esbuild recipe below. A build with no npm at all
 //! can point `SCR_III_SDK_BUNDLE` at a prebuilt bundle.
+//!
+//! It also builds the console cards (ui/) into `$OUT_DIR/ui-cards.js` and
+//! `$OUT_DIR/ui-cards.css`, which src/ui.rs embeds, by the same rules: pinned
+//! ui/package.json + ui/package-lock.json, `npm ci` into a cache under
+//! `<target>/ui-npm/`, and `node ui/build.mjs` (the one esbuild recipe) only
+//! when ui/src, the recipe or the pins change. `SCR_UI_DIST=<dir holding
+//! cards.js and cards.css>` uses prebuilt assets instead.
 
 use std::collections::hash_map::DefaultHasher;
 use std::env;
@@ -43,6 +50,7 @@ const ESBUILD_ARGS: &[&str] = &[
 ];
 
 fn main() {
+    build_ui_assets();
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
     let out = out_dir.join("iii-sdk.mjs");
@@ -179,4 +187,172 @@ fn copy(from: &Path, to: &Path) {
             to.display()
         )
     });
+}
+
+// ─── console UI assets ──────────────────────────────────────────────────────
+
+const UI_DIR: &str = "ui";
+/// The inputs of the UI build besides ui/src/**.
+const UI_INPUTS: &[&str] = &["package.json", "package-lock.json", "build.mjs"];
+/// What the bundle must contain to be the cards (the registration queue).
+const UI_MARKER: &str = "__iiiConsoleUi";
+
+fn build_ui_assets() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
+    let ui = manifest.join(UI_DIR);
+    for f in UI_INPUTS {
+        println!("cargo:rerun-if-changed={UI_DIR}/{f}");
+    }
+    println!("cargo:rerun-if-changed={UI_DIR}/src");
+    println!("cargo:rerun-if-env-changed=SCR_UI_DIST");
+
+    if let Some(prebuilt) = env::var_os("SCR_UI_DIST") {
+        let prebuilt = PathBuf::from(prebuilt);
+        for f in ["cards.js", "cards.css"] {
+            println!("cargo:rerun-if-changed={}", prebuilt.join(f).display());
+            copy(&prebuilt.join(f), &out_dir.join(format!("ui-{f}")));
+        }
+        return;
+    }
+
+    let package_json = read(&ui.join("package.json"));
+    let lock = read(&ui.join("package-lock.json"));
+    let mut deps_hash = DefaultHasher::new();
+    (&package_json, &lock).hash(&mut deps_hash);
+    let mut h = DefaultHasher::new();
+    for f in UI_INPUTS {
+        (f, read(&ui.join(f))).hash(&mut h);
+    }
+    for (rel, bytes) in tree_files(&ui.join("src")) {
+        (rel, bytes).hash(&mut h);
+    }
+    let cache_root = target_dir(&out_dir).join("ui-npm");
+    let deps = cache_root.join(format!("deps-{:016x}", deps_hash.finish()));
+    let assets = cache_root.join(format!("assets-{:016x}", h.finish()));
+    if !(assets.join("cards.js").is_file() && assets.join("cards.css").is_file()) {
+        if !deps.join("node_modules").is_dir() {
+            install_ui_deps(&cache_root, &package_json, &lock, &deps);
+        }
+        build_ui(&cache_root, &ui, &deps, &assets);
+        // Outputs and installs of older inputs are dead weight.
+        for entry in fs::read_dir(&cache_root).into_iter().flatten().flatten() {
+            let p = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let stale = (name.starts_with("assets-") && p != assets)
+                || (name.starts_with("deps-") && p != deps);
+            if stale {
+                let _ = fs::remove_dir_all(p);
+            }
+        }
+    }
+    for f in ["cards.js", "cards.css"] {
+        copy(&assets.join(f), &out_dir.join(format!("ui-{f}")));
+    }
+}
+
+/// Every file under `dir` as (path relative to it, bytes), sorted by path.
+fn tree_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = fs::read_dir(&d)
+            .unwrap_or_else(|e| panic!("build.rs: cannot list {}: {e}", d.display()));
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(dir)
+                    .unwrap_or(&p)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                out.push((rel, read(&p)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `npm ci --omit=dev` (esbuild only) in a private dir, renamed into place.
+fn install_ui_deps(cache_root: &Path, package_json: &[u8], lock: &[u8], deps: &Path) {
+    let work = work_dir(cache_root);
+    let _cleanup = RemoveOnDrop(work.clone());
+    fs::write(work.join("package.json"), package_json).unwrap();
+    fs::write(work.join("package-lock.json"), lock).unwrap();
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    run_ui(
+        Command::new(npm)
+            .args([
+                "ci",
+                "--omit=dev",
+                "--no-audit",
+                "--no-fund",
+                "--ignore-scripts",
+                "--loglevel=error",
+            ])
+            .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
+            .current_dir(&work),
+        "npm ci",
+    );
+    // A concurrent build may have won the race: its install is as good.
+    if fs::rename(&work, deps).is_err() && !deps.join("node_modules").is_dir() {
+        panic!(
+            "build.rs: cannot move the UI's npm install into {}",
+            deps.display()
+        );
+    }
+}
+
+/// `node ui/build.mjs` into a private dir, checked, renamed into place.
+fn build_ui(cache_root: &Path, ui: &Path, deps: &Path, assets: &Path) {
+    let work = work_dir(cache_root);
+    let _cleanup = RemoveOnDrop(work.clone());
+    run_ui(
+        Command::new("node")
+            .arg(ui.join("build.mjs"))
+            .arg(format!("--outdir={}", work.display()))
+            .arg(format!("--modules={}", deps.display()))
+            .current_dir(ui),
+        "node ui/build.mjs",
+    );
+    let js = fs::read_to_string(work.join("cards.js")).unwrap_or_default();
+    let css = fs::read_to_string(work.join("cards.css")).unwrap_or_default();
+    assert!(
+        js.contains(UI_MARKER) && css.contains("data-iii-ui"),
+        "build.rs: ui/build.mjs produced no usable cards.js / cards.css in {}",
+        work.display()
+    );
+    if fs::rename(&work, assets).is_err() && !assets.join("cards.js").is_file() {
+        panic!(
+            "build.rs: cannot move the UI assets into {}",
+            assets.display()
+        );
+    }
+}
+
+fn work_dir(cache_root: &Path) -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let work = cache_root.join(format!("work-{}-{nanos}", std::process::id()));
+    fs::create_dir_all(&work)
+        .unwrap_or_else(|e| panic!("build.rs: cannot create {}: {e}", work.display()));
+    work
+}
+
+fn run_ui(cmd: &mut Command, what: &str) {
+    match cmd.status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("build.rs: {what} failed ({s}) while building the console UI (ui/); see the output above"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "build.rs: `{}` not found: building the console UI (ui/) needs Node.js and npm on PATH \
+             (e.g. `apt-get install nodejs npm`), or SCR_UI_DIST=<dir holding prebuilt cards.js and cards.css>",
+            cmd.get_program().to_string_lossy()
+        ),
+        Err(e) => panic!("build.rs: cannot run {what}: {e}"),
+    }
 }

@@ -14,4 +14,5 @@ pub mod pool;
 pub mod runtime;
 pub mod sandbox;
 pub mod settings;
+pub mod ui;
 pub mod wire;

@@ -93,6 +93,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
         url.clone(),
     );
     functions::publish_all(bus.as_ref(), &manager);
+    functions::publish_ui(bus.as_ref());
     let settings = Settings::new(bus.clone());
     settings.publish();
     if let Err(e) = client.wait_until_registered(Duration::from_secs(30)).await {

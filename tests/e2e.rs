@@ -803,3 +803,63 @@ async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
     );
     h.finish(2).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_assets_are_served_and_bound() {
+    let h = Harness::start("").await;
+    let js = h
+        .call(
+            "sandbox-code-runner::ui-content",
+            json!({"path": "sandbox-code-runner/cards.js"}),
+        )
+        .await
+        .unwrap();
+    assert!(js["content_type"]
+        .as_str()
+        .unwrap()
+        .starts_with("text/javascript"));
+    assert!(js["content"]
+        .as_str()
+        .unwrap()
+        .contains("SandboxCodeRunnerUI"));
+    let css = h
+        .call(
+            "sandbox-code-runner::ui-content",
+            json!({"path": "sandbox-code-runner/cards.css"}),
+        )
+        .await
+        .unwrap();
+    assert!(css["content_type"]
+        .as_str()
+        .unwrap()
+        .starts_with("text/css"));
+    let e = h
+        .call(
+            "sandbox-code-runner::ui-content",
+            json!({"path": "../etc/passwd"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "sandbox-code-runner::invalid_request");
+    let bound = wait_for(Duration::from_secs(10), || async {
+        let t = h
+            .call("engine::registered-triggers::list", json!({}))
+            .await
+            .unwrap_or_default();
+        let types: Vec<String> = t["registered_triggers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["function_id"] == "sandbox-code-runner::ui-content")
+            .filter_map(|b| b["trigger_type"].as_str().map(str::to_string))
+            .collect();
+        types.contains(&"console:script".to_string())
+            && types.contains(&"console:style".to_string())
+    })
+    .await;
+    assert!(
+        bound,
+        "console:script and console:style are bound to ui-content"
+    );
+    h.finish(0).await;
+}

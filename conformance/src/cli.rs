@@ -27,6 +27,16 @@ pub enum Command {
     Run(crate::suite::cli::RunArgs),
     /// Print the field-by-field wire diff between two targets' golden schemas.
     Compat(crate::suite::cli::CompatArgs),
+    /// Compare two bench summaries (target/bench-summary-*.json), A then B.
+    BenchCompare(BenchCompareArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchCompareArgs {
+    /// The baseline summary.
+    pub a: std::path::PathBuf,
+    /// The summary compared with it.
+    pub b: std::path::PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -48,8 +58,22 @@ pub struct ServeArgs {
 
 /// Logs go to stderr; stdout carries only what a command promises to print.
 pub fn init_tracing() {
+    init_tracing_with("info");
+}
+
+/// The log level a command runs with when `RUST_LOG` is unset: the suite's
+/// stderr carries its progress lines, so the bench inside it stays quiet.
+pub fn default_log_level(command: &Command) -> &'static str {
+    match command {
+        Command::Run(_) | Command::Compat(_) => "warn",
+        _ => "info",
+    }
+}
+
+/// Logs to stderr at `RUST_LOG`, else `default`.
+pub fn init_tracing_with(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -62,6 +86,16 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
         Command::Trigger(args) => crate::trigger::run(args).await,
         Command::Run(args) => crate::suite::cli::run(args).await,
         Command::Compat(args) => crate::suite::cli::compat(args),
+        Command::BenchCompare(args) => match crate::bench_compare::run(&args.a, &args.b) {
+            Ok(table) => {
+                print!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
     }
 }
 

@@ -28,7 +28,9 @@ pub async fn connect_named(url: &str, name: &str) -> Result<IIIClient, iii_sdk::
             ..InitOptions::default()
         },
     );
-    client.wait_until_registered(Duration::from_secs(10)).await?;
+    client
+        .wait_until_registered(Duration::from_secs(10))
+        .await?;
     Ok(client)
 }
 

@@ -75,10 +75,17 @@ fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Store> {
 }
 
 fn validate(schema: &Value, value: &Value) -> Result<(), Error> {
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| remote("SCHEMA_INVALID", format!("schema is not a valid JSON Schema: {e}")))?;
+    let validator = jsonschema::validator_for(schema).map_err(|e| {
+        remote(
+            "SCHEMA_INVALID",
+            format!("schema is not a valid JSON Schema: {e}"),
+        )
+    })?;
     if let Some(err) = validator.iter_errors(value).next() {
-        return Err(remote("SCHEMA_INVALID", format!("schema validation failed: {err}")));
+        return Err(remote(
+            "SCHEMA_INVALID",
+            format!("schema validation failed: {err}"),
+        ));
     }
     Ok(())
 }
@@ -97,7 +104,9 @@ fn persist(dir: &Path, e: &Entry) {
 
 fn load(dir: &Path) -> BTreeMap<String, Entry> {
     let mut out = BTreeMap::new();
-    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for f in rd.flatten() {
         if f.path().extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
@@ -130,9 +139,16 @@ impl TriggerHandler for Subscriptions {
                 .get("configuration_id")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            event_types: config.config.get("event_types").and_then(Value::as_array).map(|a| {
-                a.iter().filter_map(Value::as_str).map(str::to_string).collect()
-            }),
+            event_types: config
+                .config
+                .get("event_types")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                }),
         };
         lock(&self.0).subscribers.insert(config.id, sub);
         Ok(())
@@ -149,8 +165,16 @@ fn fan_out(client: &IIIClient, store: &Shared, event_type: &str, entry: &Entry, 
     let subs: Vec<Subscriber> = lock(store)
         .subscribers
         .values()
-        .filter(|s| s.configuration_id.as_deref().is_none_or(|id| id == entry.id))
-        .filter(|s| s.event_types.as_ref().is_none_or(|t| t.iter().any(|t| t == event_type)))
+        .filter(|s| {
+            s.configuration_id
+                .as_deref()
+                .is_none_or(|id| id == entry.id)
+        })
+        .filter(|s| {
+            s.event_types
+                .as_ref()
+                .is_none_or(|t| t.iter().any(|t| t == event_type))
+        })
         .cloned()
         .collect();
     let event = json!({
@@ -222,8 +246,16 @@ impl ConfigDouble {
                         let old = st.entries.get(&id).map(|e| e.value.clone());
                         let entry = Entry {
                             id: id.clone(),
-                            name: data.get("name").and_then(Value::as_str).unwrap_or(&id).to_string(),
-                            description: data.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
+                            name: data
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .unwrap_or(&id)
+                                .to_string(),
+                            description: data
+                                .get("description")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
                             schema,
                             value: initial.or(old.clone()).unwrap_or(Value::Null),
                         };
@@ -246,10 +278,9 @@ impl ConfigDouble {
                 async move {
                     let id = str_arg(&data, "id")?;
                     let st = lock(&s);
-                    let e = st
-                        .entries
-                        .get(&id)
-                        .ok_or_else(|| remote("NOT_FOUND", format!("configuration '{id}' not found")))?;
+                    let e = st.entries.get(&id).ok_or_else(|| {
+                        remote("NOT_FOUND", format!("configuration '{id}' not found"))
+                    })?;
                     Ok(json!({"id": e.id, "value": e.value}))
                 }
             })
@@ -268,12 +299,17 @@ impl ConfigDouble {
                         .entries
                         .get(&id)
                         .map(|e| e.schema.clone())
-                        .ok_or_else(|| remote("NOT_FOUND", format!("configuration '{id}' not found")))?;
+                        .ok_or_else(|| {
+                            remote("NOT_FOUND", format!("configuration '{id}' not found"))
+                        })?;
                     validate(&schema, &value)?;
                     let (entry, old) = {
                         let mut st = lock(&s);
                         let Some(e) = st.entries.get_mut(&id) else {
-                            return Err(remote("NOT_FOUND", format!("configuration '{id}' not found")));
+                            return Err(remote(
+                                "NOT_FOUND",
+                                format!("configuration '{id}' not found"),
+                            ));
                         };
                         let old = std::mem::replace(&mut e.value, value);
                         (e.clone(), old)
@@ -323,7 +359,9 @@ impl ConfigDouble {
         );
 
         // Ready once the engine routes to it.
-        let ready = crate::client::wait_routable(&client, "configuration::list", Duration::from_secs(10)).await;
+        let ready =
+            crate::client::wait_routable(&client, "configuration::list", Duration::from_secs(10))
+                .await;
         if !ready {
             return Err(ConfigDoubleError::Connect(
                 "configuration functions never became routable".into(),

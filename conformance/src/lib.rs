@@ -6,6 +6,7 @@
 //! The suite (`suite`, reported by `report`) runs the golden cases, schema
 //! snapshots and error tables of `golden/` against a target. See README.md.
 pub mod bench;
+pub mod bench_compare;
 pub mod cli;
 pub mod client;
 pub mod config_double;

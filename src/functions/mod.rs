@@ -18,6 +18,10 @@ use crate::sandbox::{charged, OpTotals};
 pub const RUN: &str = "sandbox-code-runner::run";
 pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
+/// Internal: serves the console cards for the `console:script` and
+/// `console:style` triggers.
+pub const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
+
 /// Internal: what each kind of operation cost on the daemon, for benches
 /// and operators.
 pub const STATS: &str = "sandbox-code-runner::stats";
@@ -86,6 +90,50 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
         },
         stats,
     );
+}
+
+/// Publishes `ui-content` and binds it to the console's asset slots.
+pub fn publish_ui(bus: &dyn Bus) {
+    let handler: Handler = Arc::new(|p: Value| {
+        Box::pin(async move {
+            let path = p.get("path").and_then(Value::as_str).ok_or_else(|| {
+                WorkerError::invalid("path", "is required (e.g. sandbox-code-runner/cards.js)")
+            })?;
+            let (content, content_type) = crate::ui::asset(path)
+                .ok_or_else(|| WorkerError::invalid("path", format!("no such asset: {path:?}")))?;
+            Ok(serde_json::json!({"content": content, "content_type": content_type}))
+        })
+    });
+    bus.publish(
+        FunctionSpec {
+            id: UI_CONTENT.into(),
+            description: Some(
+                "Internal: the console cards of sandbox-code-runner (script and style).".into(),
+            ),
+            request_format: Some(serde_json::json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"]
+            })),
+            response_format: Some(serde_json::json!({
+                "type": "object",
+                "properties": {"content": {"type": "string"}, "content_type": {"type": "string"}},
+                "required": ["content", "content_type"]
+            })),
+            metadata: Some(serde_json::json!({"internal": true})),
+        },
+        handler,
+    );
+    for (slot, path) in [
+        ("console:script", crate::ui::SCRIPT_PATH),
+        ("console:style", crate::ui::STYLE_PATH),
+    ] {
+        // Pending until a console declares the slot; a failure costs only the cards.
+        match bus.bind(slot, UI_CONTENT, serde_json::json!({"path": path})) {
+            Ok(_kept_for_the_process_lifetime) => {}
+            Err(e) => tracing::warn!(slot, error = %e, "cannot bind a console asset slot"),
+        }
+    }
 }
 
 /// Every spec this worker publishes, for schema snapshots.

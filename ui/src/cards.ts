@@ -90,6 +90,9 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
         detail: "The script failed, the call did not: stdout, stderr and the exit code are its answer.",
       };
     }
+    if (keep && !inRuntime && outRuntime) {
+      verdict.detail = "The runtime stays up: pass its id to run again in it, or to teardown when done.";
+    }
     if (keep && !inRuntime && !outRuntime) {
       verdict.detail = h(
         "span",
@@ -213,10 +216,11 @@ export function renderTeardown(inv: Invocation, _ctx: CardContext): VElement {
     };
   } else verdict = { tone: "warn", headline: "Nothing was torn down" };
 
+  const done = output.torn_down === true && !inv.error;
   const target: Child = runtime
-    ? fieldRow("runtime", secretChip(runtime), "the id no longer addresses anything")
+    ? fieldRow("runtime", secretChip(runtime), done ? "this id no longer addresses anything" : null)
     : nsShown
-      ? fieldRow("namespace", mono(nsShown), "every runtime backing it, one per language")
+      ? fieldRow("namespace", mono(nsShown), done ? "every runtime that backed it, one per language, is gone" : null)
       : fieldRow("target", h("em", null, "neither runtime_id nor namespace"));
 
   const sections: Child[] = [h("div", { class: "scr-fields" }, target)];

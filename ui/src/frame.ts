@@ -101,6 +101,8 @@ export function codeBlock(source: unknown, lang: Lang | string | null | undefine
   // no id can survive split across two tokens.
   const src = redact(typeof source === "string" ? source : "");
   const lines = toLines(tokenize(src, lang));
+  // A final newline ends the last line; it does not start an empty one.
+  if (lines.length > 1 && (lines[lines.length - 1] as unknown[]).length === 0) lines.pop();
   const shown = lines.length > MAX_SOURCE_LINES ? lines.slice(0, MAX_SOURCE_LINES) : lines;
   return h(
     "div",
@@ -260,7 +262,12 @@ export function errorVerdict(error: unknown): Verdict {
   return {
     tone: "alert",
     headline: short ? `Failed: ${short}` : "Failed",
-    detail: h("span", null, body ? h("span", { class: "scr-error-message" }, body) : null, ERROR_HINTS[short] ? h("span", { class: "scr-error-hint" }, ` ${ERROR_HINTS[short]}`) : null),
+    detail: h(
+      "span",
+      null,
+      body ? h("span", { class: "scr-error-message" }, body) : null,
+      ERROR_HINTS[short] ? h("span", { class: "scr-error-hint" }, ERROR_HINTS[short]) : null,
+    ),
   };
 }
 

@@ -29,7 +29,7 @@ export function isSecretKey(key: string): boolean {
 }
 
 /** Whether `s` is a complete runtime id. */
-export function isRuntimeId(s: unknown): s is string {
+export function isRuntimeId(s: unknown): boolean {
   return typeof s === "string" && RUNTIME_ID_RE.test(s);
 }
 

@@ -1,4 +1,5 @@
 import { readFileSync, readdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export interface Fixture {
@@ -11,13 +12,14 @@ export interface Fixture {
   error?: unknown;
 }
 
-export const FIXTURE_DIR = fileURLToPath(new URL("../../fixtures/ui/", import.meta.url));
+// A string, not a URL object: DOM environments replace the global URL.
+export const FIXTURE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "../../fixtures/ui");
 
 export function loadFixtures(): Fixture[] {
   return readdirSync(FIXTURE_DIR)
     .filter((f) => f.endsWith(".json"))
     .sort()
-    .map((f) => JSON.parse(readFileSync(FIXTURE_DIR + f, "utf8")) as Fixture);
+    .map((f) => JSON.parse(readFileSync(join(FIXTURE_DIR, f), "utf8")) as Fixture);
 }
 
 export function fixture(name: string): Fixture {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_LIMITS, redactRaw, redactText, shortId, type JsonValue } from "../src/redact";
+import { DEFAULT_LIMITS, makeRedactor, redactClipped, redactRaw, redactText, shortId, type JsonValue } from "../src/redact";
 
 // ─── a small seeded generator (no property-testing dependency) ──────────────
 
@@ -80,7 +80,8 @@ function generate(seed: number): Generated {
       const arr: unknown[] = [];
       ancestors.push(arr);
       const n = r.int(8) === 0 && depth < 2 ? 600 + r.int(400) : r.int(6);
-      for (let k = 0; k < n; k++) arr.push(node(depth + 1));
+      // A long array holds leaves only, to keep generated values small.
+      for (let k = 0; k < n; k++) arr.push(node(n > 100 ? 99 : depth + 1));
       if (r.next() < 0.1) arr.length += 3; // holes
       ancestors.pop();
       return arr;
@@ -248,7 +249,7 @@ describe("redactRaw cases", () => {
     expect(out).toMatchObject({
       tricky: { boom: "[Getter]", toJSON: "[Function toJSON]" },
       hostile: "[Unreadable]",
-      half: { a: "[Unreadable]" },
+      half: "[Unreadable]",
       frozen: { id: "rt-1a2b…" },
       err: { name: "TypeError", message: "bad rt-1a2b…" },
     });
@@ -263,6 +264,31 @@ describe("redactRaw cases", () => {
     expect(redactRaw(Symbol(A))).toBe("[Symbol(rt-1a2b…)]");
     expect(redactRaw(A)).toBe("rt-1a2b…");
     expect(redactRaw(new Date(0))).toBe("1970-01-01T00:00:00.000Z");
+  });
+});
+
+describe("redactClipped", () => {
+  it("never leaves part of an id at a cut, wherever the id sits", () => {
+    const id = "rt-0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    const red = makeRedactor(["a-caller-secret-of-some-length"]);
+    const max = 1_000;
+    const head = Math.floor(max * 0.6);
+    for (const secret of [id, "a-caller-secret-of-some-length"]) {
+      for (let shift = -45; shift <= 45; shift++) {
+        const len = 50_000;
+        const chars = new Array<string>(len).fill(".");
+        const put = (at: number) => chars.splice(at, secret.length, ...secret);
+        put(head + shift); // around the head cut
+        put(len - (max - head) + shift); // around the tail cut
+        const out = redactClipped(chars.join("").slice(0, len), max, red);
+        expect(out.length).toBeLessThan(max + 100);
+        // No run of 8 characters of the secret survives (a short form keeps 7).
+        for (let k = 0; k + 8 <= secret.length; k++) {
+          const piece = secret.slice(k, k + 8);
+          expect(out.includes(piece), `shift ${shift}: ${piece}`).toBe(false);
+        }
+      }
+    }
   });
 });
 

@@ -80,8 +80,8 @@ pub struct EnvSpec {
     /// `exit`: the worker is expected to refuse to boot; steps observe it.
     #[serde(default)]
     pub boot: Boot,
-    /// The engine must have a configuration worker (`configuration::*`);
-    /// where the environment has none, the case is skipped.
+    /// Start a configuration worker (the bench's double) before the worker
+    /// boots, so its entry and hot-apply trigger are live.
     #[serde(default)]
     pub configuration_worker: bool,
 }
@@ -135,7 +135,7 @@ pub struct Step {
     pub action: Option<Action>,
     #[serde(default)]
     pub parallel: Option<Vec<Vec<Step>>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub payload: Option<Value>,
     /// Client-side deadline of the call (default 60 s).
     #[serde(default)]
@@ -193,12 +193,17 @@ impl Action {
     }
 }
 
+/// A key that is present holds a value, even `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 /// What a step expects.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
-    /// A successful response matching this matcher.
-    #[serde(default)]
+    /// A successful response matching this matcher (`null` included).
+    #[serde(default, deserialize_with = "present")]
     pub response: Option<Value>,
     /// A target error: the short code (`invalid_request`), in either envelope.
     #[serde(default)]
@@ -539,7 +544,11 @@ pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseErro
             path: path.display().to_string(),
             message,
         };
-        let mut case: Case = serde_yaml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        // Through a JSON value: YAML and JSON files alike, and enums written
+        // as one-key maps (`action: {locate_sandbox: {…}}`).
+        let value: Value = serde_yaml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut case: Case = serde_path_to_error::deserialize(value)
+            .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
         case.validate(suite_version).map_err(invalid)?;
         if let Some(other) = seen.insert(case.id.clone(), path.clone()) {
             return Err(invalid(format!(

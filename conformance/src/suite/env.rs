@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use crate::bench::{Bench, BenchOptions};
+use crate::config_double::ConfigDouble;
 use crate::engine::StandInEngine;
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
 
@@ -206,7 +207,11 @@ impl WorkerProcess {
             c.arg("--config").arg(p);
         }
         if std::env::var_os("RUST_LOG").is_none() {
-            c.env("RUST_LOG", "info");
+            // Debug, so secrecy cases see everything the worker would log.
+            c.env(
+                "RUST_LOG",
+                "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info,opentelemetry=warn",
+            );
         }
         c.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -364,6 +369,8 @@ pub struct Env {
     limits: SandboxLimits,
     worker: Mutex<Option<WorkerProcess>>,
     container: Option<testcontainers::ContainerAsync<testcontainers::GenericImage>>,
+    /// A configuration-worker double and its directory (private envs asking for one).
+    configuration: Option<(ConfigDouble, PathBuf)>,
     /// What kind of environment this is, for reports.
     pub kind: String,
 }
@@ -399,6 +406,7 @@ impl Env {
             limits: suite_limits(),
             worker: Mutex::new(None),
             container: None,
+            configuration: None,
             kind: kind.to_string(),
         }
     }
@@ -516,18 +524,28 @@ impl Env {
             None
         };
         let client = connect(&url).await?;
-        if spec.configuration_worker
-            && functions_listed(&client, &["configuration::set".to_string()]).await != Some(true)
-        {
-            client.shutdown_async().await;
-            if let Some(d) = double {
-                d.shutdown().await;
-            }
-            engine.shutdown().await;
-            return Err(EnvError::Unavailable(
-                "needs a configuration worker (configuration::*); the hermetic bench has none".into(),
+        let configuration = if spec.configuration_worker {
+            let dir = std::env::temp_dir().join(format!(
+                "code-runner-conformance-config-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
             ));
-        }
+            match ConfigDouble::start(&url, &dir).await {
+                Ok(c) => Some((c, dir)),
+                Err(e) => {
+                    client.shutdown_async().await;
+                    if let Some(d) = double {
+                        d.shutdown().await;
+                    }
+                    engine.shutdown().await;
+                    return Err(EnvError::Failed(format!(
+                        "the configuration-worker double cannot start: {e}"
+                    )));
+                }
+            }
+        } else {
+            None
+        };
         let config = match (&spec.worker_config, &spec.worker_config_raw) {
             (Some(v), _) => Some(
                 serde_yaml::to_string(v)
@@ -541,6 +559,10 @@ impl Env {
             if let Err(e) = worker.wait_ready(&client, &functions).await {
                 drop(worker);
                 client.shutdown_async().await;
+                if let Some((c, dir)) = configuration {
+                    c.shutdown().await;
+                    let _ = std::fs::remove_dir_all(dir);
+                }
                 if let Some(d) = double {
                     d.shutdown().await;
                 }
@@ -549,6 +571,7 @@ impl Env {
             }
         }
         let mut env = Env::bare(&url, client, functions, "private");
+        env.configuration = configuration;
         env.engine = Some(engine);
         env.double = Mutex::new(double);
         env.limits = limits;
@@ -643,12 +666,17 @@ impl Env {
             double,
             worker,
             container,
+            configuration,
             ..
         } = self;
         if let Some(mut w) = worker.into_inner() {
             w.stop().await;
         }
         client.shutdown_async().await;
+        if let Some((c, dir)) = configuration {
+            c.shutdown().await;
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if let Some(d) = double.into_inner() {
             d.shutdown().await;
         }

@@ -1,0 +1,119 @@
+//! The console cards (ui/), embedded: `cards.js` registers one renderer per
+//! function with the console, `cards.css` styles them. build.rs builds both
+//! from ui/src into OUT_DIR; nothing is installed or served separately.
+//!
+//! [`asset`] is what `sandbox-code-runner::ui-content` answers with: the
+//! `console:script` trigger asks for [`SCRIPT_PATH`], `console:style` for
+//! [`STYLE_PATH`].
+
+/// The script asset: an IIFE registering the run / register_function /
+/// teardown cards (see ui/README.md, "Registration").
+pub const SCRIPT_PATH: &str = "sandbox-code-runner/cards.js";
+/// The stylesheet asset: every rule scoped under
+/// `[data-iii-ui="sandbox-code-runner"]`.
+pub const STYLE_PATH: &str = "sandbox-code-runner/cards.css";
+
+pub const SCRIPT_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
+pub const STYLE_CONTENT_TYPE: &str = "text/css; charset=utf-8";
+
+const CARDS_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.js"));
+const CARDS_CSS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.css"));
+
+/// The asset at `path` as `(content, content_type)`, or `None`.
+///
+/// Accepts the full paths ([`SCRIPT_PATH`], [`STYLE_PATH`]) and the bare file
+/// names, with or without a leading `/`; nothing else resolves.
+pub fn asset(path: &str) -> Option<(&'static str, &'static str)> {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let name = path.strip_prefix("sandbox-code-runner/").unwrap_or(path);
+    match name {
+        "cards.js" => Some((CARDS_JS, SCRIPT_CONTENT_TYPE)),
+        "cards.css" => Some((CARDS_CSS, STYLE_CONTENT_TYPE)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_assets_resolve_by_path_and_name() {
+        for (path, ty) in [
+            (SCRIPT_PATH, SCRIPT_CONTENT_TYPE),
+            (STYLE_PATH, STYLE_CONTENT_TYPE),
+            ("cards.js", SCRIPT_CONTENT_TYPE),
+            ("/cards.css", STYLE_CONTENT_TYPE),
+            ("/sandbox-code-runner/cards.js", SCRIPT_CONTENT_TYPE),
+        ] {
+            let (content, content_type) = asset(path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(content_type, ty, "{path}");
+            assert!(content.len() > 1_000, "{path} is too small to be the cards");
+        }
+    }
+
+    #[test]
+    fn nothing_else_resolves() {
+        for path in [
+            "",
+            "/",
+            "cards.map",
+            "../cards.js",
+            "sandbox-code-runner/../cards.js",
+            "other/cards.js",
+            "sandbox-code-runner/cards.js/",
+            "CARDS.JS",
+            "sandbox-code-runner//cards.js",
+            "cards.js\0",
+        ] {
+            assert!(asset(path).is_none(), "{path:?} resolved");
+        }
+    }
+
+    #[test]
+    fn the_script_registers_the_three_cards() {
+        let (js, _) = asset(SCRIPT_PATH).unwrap();
+        assert!(
+            js.contains("__iiiConsoleUi"),
+            "the console registration queue"
+        );
+        assert!(js.contains("SandboxCodeRunnerUI"), "the documented global");
+        for f in ["run", "register_function", "teardown"] {
+            assert!(js.contains(f), "{f}");
+        }
+    }
+
+    #[test]
+    fn the_stylesheet_is_scoped_and_honours_reduced_motion() {
+        let (css, _) = asset(STYLE_PATH).unwrap();
+        assert!(css.contains("prefers-reduced-motion"));
+        // Every selector starts with the scope, but keyframe steps.
+        let body = css.split_once("*/").map(|(_, b)| b).unwrap_or(css);
+        let mut rules = 0;
+        for block in body.split('}') {
+            let Some((head, _)) = block.rsplit_once('{') else {
+                continue;
+            };
+            let selector = head.rsplit('{').next().unwrap_or(head).trim();
+            let keyframe_step = selector == "from" || selector == "to" || selector.ends_with('%');
+            let scoped = selector
+                .split(',')
+                .all(|s| s.trim().starts_with("[data-iii-ui=sandbox-code-runner]"));
+            assert!(scoped || keyframe_step, "unscoped rule: {selector}");
+            rules += 1;
+        }
+        assert!(rules > 50, "only {rules} rules");
+    }
+
+    #[test]
+    fn no_asset_carries_a_full_runtime_id() {
+        for path in [SCRIPT_PATH, STYLE_PATH] {
+            let (content, _) = asset(path).unwrap();
+            assert_eq!(
+                crate::error::redact_runtime_ids(content),
+                content,
+                "{path} embeds a runtime id"
+            );
+        }
+    }
+}

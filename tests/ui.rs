@@ -1,0 +1,292 @@
+//! The console cards' own tests, run from cargo: the TypeScript check, vitest
+//! (every card rendered server-side on fixtures/ui/*.json with no full
+//! runtime id in the output or the raw pane, redaction properties, a DOM
+//! mount), and the real-browser test (the harness page in headless Debian
+//! Chromium, which its setup installs with apt-get when missing and root; a
+//! screenshot lands in target/ui-screenshot.png).
+//!
+//! npm packages are installed once per lockfile: `npm ci` into
+//! `<target>/ui-npm/test-modules/`, stamped with a hash of ui/package.json and
+//! ui/package-lock.json, under a lock file so parallel test processes install
+//! once; ui/node_modules is then a symlink to it.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const NPM_DEADLINE: Duration = Duration::from_secs(600);
+const VITEST_DEADLINE: Duration = Duration::from_secs(300);
+const TSC_DEADLINE: Duration = Duration::from_secs(300);
+/// Includes installing Chromium with apt-get on a fresh machine.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(1200);
+/// A lock older than this whose holder is gone is taken over.
+const LOCK_WAIT: Duration = Duration::from_secs(900);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn ui_dir() -> PathBuf {
+    repo().join("ui")
+}
+
+/// Cargo's target dir (marked with CACHEDIR.TAG), found from this test binary.
+fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.ancestors()
+                .find(|p| p.join("CACHEDIR.TAG").is_file())
+                .map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| repo().join("target"))
+}
+
+struct Output {
+    status: Option<i32>,
+    text: String,
+    elapsed: Duration,
+}
+
+/// Runs `cmd` in its own process group with a deadline; on expiry the whole
+/// group is killed. stdout and stderr are captured together.
+fn run(cmd: &mut Command, deadline: Duration) -> Output {
+    let log = std::env::temp_dir().join(format!(
+        "scr-ui-test-{}-{:x}.log",
+        std::process::id(),
+        nanos()
+    ));
+    let file = fs::File::create(&log).expect("create the log file");
+    let err = file.try_clone().expect("clone the log file");
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .env("NO_COLOR", "1")
+        .env("FORCE_COLOR", "0")
+        .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s.code(),
+            Ok(None) if start.elapsed() > deadline => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("waiting for {:?}: {e}", cmd.get_program()),
+        }
+    };
+    let mut text = String::new();
+    let _ = fs::File::open(&log).and_then(|mut f| f.read_to_string(&mut text));
+    let _ = fs::remove_file(&log);
+    Output {
+        status,
+        text,
+        elapsed: start.elapsed(),
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn check(what: &str, out: &Output, deadline: Duration) {
+    match out.status {
+        Some(0) => eprintln!("{what}: ok in {:.1}s", out.elapsed.as_secs_f64()),
+        Some(code) => panic!("{what} exited {code}:\n{}", out.text),
+        None => panic!(
+            "{what} did not finish within {}s and was killed:\n{}",
+            deadline.as_secs(),
+            out.text
+        ),
+    }
+}
+
+/// Holds `<target>/ui-npm/test.lock` while alive.
+struct InstallLock(PathBuf);
+
+impl InstallLock {
+    fn acquire(path: PathBuf) -> InstallLock {
+        let start = Instant::now();
+        loop {
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = write!(f, "{}", std::process::id());
+                    return InstallLock(path);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = fs::read_to_string(&path).unwrap_or_default();
+                    let alive = holder
+                        .trim()
+                        .parse::<u32>()
+                        .map(|pid| Path::new(&format!("/proc/{pid}")).exists())
+                        .unwrap_or(true);
+                    if !alive || start.elapsed() > LOCK_WAIT {
+                        let _ = fs::remove_file(&path);
+                        continue;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("cannot create {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
+impl Drop for InstallLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Installs the UI's npm packages (once per lockfile) and points
+/// ui/node_modules at them. Every test of this binary shares one call.
+fn node_modules() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let ui = ui_dir();
+        let package_json = fs::read(ui.join("package.json")).expect("ui/package.json");
+        let lock = fs::read(ui.join("package-lock.json")).expect("ui/package-lock.json");
+        let mut h = DefaultHasher::new();
+        (&package_json, &lock).hash(&mut h);
+        let stamp_value = format!("{:016x}", h.finish());
+
+        let root = target_dir().join("ui-npm");
+        fs::create_dir_all(&root).expect("create <target>/ui-npm");
+        let cache = root.join("test-modules");
+        let stamp = cache.join(".stamp");
+        let _lock = InstallLock::acquire(root.join("test.lock"));
+
+        if fs::read_to_string(&stamp).ok().as_deref() != Some(stamp_value.as_str()) {
+            let work = root.join(format!("test-work-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&work);
+            fs::create_dir_all(&work).expect("create the npm work dir");
+            fs::write(work.join("package.json"), &package_json).unwrap();
+            fs::write(work.join("package-lock.json"), &lock).unwrap();
+            let out = run(
+                Command::new("npm")
+                    .args([
+                        "ci",
+                        "--no-audit",
+                        "--no-fund",
+                        "--ignore-scripts",
+                        "--loglevel=error",
+                    ])
+                    .current_dir(&work),
+                NPM_DEADLINE,
+            );
+            check("npm ci (ui)", &out, NPM_DEADLINE);
+            let _ = fs::remove_dir_all(&cache);
+            fs::rename(&work, &cache).expect("move the npm install into place");
+            fs::write(&stamp, &stamp_value).unwrap();
+        }
+
+        // ui/node_modules -> the cache, replaced atomically when it differs.
+        let link = ui.join("node_modules");
+        let want = cache.join("node_modules");
+        if fs::read_link(&link).ok().as_deref() != Some(want.as_path()) {
+            let tmp = ui.join(format!(".node_modules-{}", std::process::id()));
+            let _ = fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&want, &tmp).expect("symlink ui/node_modules");
+            if link.is_dir() && fs::symlink_metadata(&link).is_ok_and(|m| m.is_dir()) {
+                // A real install left by hand: the cache replaces it.
+                fs::remove_dir_all(&link).expect("remove ui/node_modules");
+            }
+            fs::rename(&tmp, &link).expect("place ui/node_modules");
+        }
+        want
+    })
+}
+
+fn node_script(rel: &str) -> Command {
+    let mut cmd = Command::new("node");
+    cmd.arg(node_modules().join(rel)).current_dir(ui_dir());
+    cmd
+}
+
+#[test]
+fn typescript_checks() {
+    let out = run(
+        node_script("typescript/bin/tsc").args(["--noEmit", "-p", "."]),
+        TSC_DEADLINE,
+    );
+    check("tsc --noEmit", &out, TSC_DEADLINE);
+}
+
+#[test]
+fn vitest_renders_every_card_without_a_full_runtime_id() {
+    let out = run(node_script("vitest/vitest.mjs").arg("run"), VITEST_DEADLINE);
+    check("vitest run", &out, VITEST_DEADLINE);
+    assert!(
+        out.text.contains("passed") && !out.text.contains("no tests"),
+        "vitest ran no test:\n{}",
+        out.text
+    );
+    eprintln!(
+        "{}",
+        out.text
+            .lines()
+            .filter(|l| l.contains("Tests"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn chromium_renders_the_harness_without_a_full_runtime_id() {
+    // The browser loads exactly the assets embedded in the binary.
+    let dist = target_dir()
+        .join("ui-npm")
+        .join(format!("embedded-{}", std::process::id()));
+    fs::create_dir_all(&dist).unwrap();
+    for (name, path) in [
+        ("cards.js", sandbox_code_runner::ui::SCRIPT_PATH),
+        ("cards.css", sandbox_code_runner::ui::STYLE_PATH),
+    ] {
+        let (content, _) = sandbox_code_runner::ui::asset(path).expect("embedded asset");
+        fs::write(dist.join(name), content).unwrap();
+    }
+    let screenshot = target_dir().join("ui-screenshot.png");
+    let out = run(
+        node_script("vitest/vitest.mjs")
+            .args(["run", "--config", "vitest.browser.config.ts"])
+            .env("SCR_UI_DIST", &dist)
+            .env("SCR_UI_SCREENSHOT", &screenshot),
+        BROWSER_DEADLINE,
+    );
+    let _ = fs::remove_dir_all(&dist);
+    check("browser test", &out, BROWSER_DEADLINE);
+    if let Some(line) = out.text.lines().find(|l| l.contains("SKIPPED")) {
+        eprintln!("{line}");
+        return;
+    }
+    assert!(
+        screenshot.is_file(),
+        "no screenshot at {}:\n{}",
+        screenshot.display(),
+        out.text
+    );
+    eprintln!("screenshot: {}", screenshot.display());
+}
