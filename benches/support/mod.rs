@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use code_runner_conformance::bench::{Bench, BenchOptions};
 use code_runner_conformance::sandbox_double::SandboxLimits;
@@ -123,22 +123,7 @@ impl Worker {
     }
 }
 
-pub async fn wait_until<F, Fut>(deadline: Duration, mut probe: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + deadline;
-    loop {
-        if probe().await {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use code_runner_conformance::wait::until as wait_until;
 
 pub async fn call(
     client: &IIIClient,

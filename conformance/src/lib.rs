@@ -15,3 +15,4 @@ pub mod report;
 pub mod sandbox_double;
 pub mod suite;
 pub mod trigger;
+pub mod wait;

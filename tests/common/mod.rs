@@ -28,23 +28,7 @@ pub struct Harness {
     dir: PathBuf,
 }
 
-/// Polls `probe` until true or the deadline passes.
-pub async fn wait_for<F, Fut>(deadline: Duration, mut probe: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if probe().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+pub use code_runner_conformance::wait::until as wait_for;
 
 pub fn test_limits() -> SandboxLimits {
     SandboxLimits {

@@ -29,21 +29,4 @@ pub async fn client(url: &str, name: &str) -> IIIClient {
     c
 }
 
-/// Polls `probe` until it returns true or `deadline` passes. Waiting on an
-/// observable condition, never on a fixed sleep.
-pub async fn wait_for<F, Fut>(deadline: Duration, mut probe: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if probe().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use code_runner_conformance::wait::until as wait_for;
