@@ -841,25 +841,19 @@ async fn console_assets_are_served_and_bound() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "sandbox-code-runner::invalid_request");
+    let console =
+        common::TriggerProvider::start(&h.bench.url(), &["console:script", "console:style"]).await;
     let bound = wait_for(Duration::from_secs(10), || async {
-        let t = h
-            .call("engine::registered-triggers::list", json!({}))
-            .await
-            .unwrap_or_default();
-        let types: Vec<String> = t["registered_triggers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["function_id"] == "sandbox-code-runner::ui-content")
-            .filter_map(|b| b["trigger_type"].as_str().map(str::to_string))
-            .collect();
-        types.contains(&"console:script".to_string())
-            && types.contains(&"console:style".to_string())
+        console.bindings("console:script", "sandbox-code-runner::ui-content")
+            == vec![json!({"path": "sandbox-code-runner/cards.js"})]
+            && console.bindings("console:style", "sandbox-code-runner::ui-content")
+                == vec![json!({"path": "sandbox-code-runner/cards.css"})]
     })
     .await;
     assert!(
         bound,
         "console:script and console:style are bound to ui-content"
     );
+    console.shutdown().await;
     h.finish(0).await;
 }

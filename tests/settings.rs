@@ -5,23 +5,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_for, Harness};
+use common::{wait_for, Harness, TriggerProvider};
 use serde_json::{json, Value};
 
 const GUIDANCE_FN: &str = "sandbox-code-runner::inject-guidance";
 
-async fn hook_bound(h: &Harness) -> bool {
-    let info = h
-        .call(
-            "engine::functions::info",
-            json!({"function_id": GUIDANCE_FN}),
-        )
-        .await
-        .expect("the guidance function is registered");
-    info["registered_triggers"].as_array().is_some_and(|t| {
-        t.iter()
-            .any(|t| t["trigger_type"] == "harness::hook::pre-generate")
-    })
+const HOOK: &str = "harness::hook::pre-generate";
+
+/// The harness's view: is the guidance function bound to its hook?
+async fn hook_bound(harness: &TriggerProvider) -> bool {
+    !harness.bindings(HOOK, GUIDANCE_FN).is_empty()
 }
 
 async fn set(h: &Harness, on: bool) -> Value {
@@ -36,8 +29,9 @@ async fn set(h: &Harness, on: bool) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inject_guidance_hot_applies() {
     let h = Harness::start_with_configuration("").await;
+    let harness = TriggerProvider::start(&h.bench.url(), &[HOOK]).await;
     assert!(
-        wait_for(Duration::from_secs(20), || hook_bound(&h)).await,
+        wait_for(Duration::from_secs(20), || hook_bound(&harness)).await,
         "on by default: the hook is bound"
     );
     let entry = h
@@ -49,7 +43,10 @@ async fn inject_guidance_hot_applies() {
     let changed = set(&h, false).await;
     assert_eq!(changed["new_value"], json!({"inject_guidance": false}));
     assert!(
-        wait_for(Duration::from_secs(20), || async { !hook_bound(&h).await }).await,
+        wait_for(Duration::from_secs(20), || async {
+            !hook_bound(&harness).await
+        })
+        .await,
         "off: the hook is unbound without a restart"
     );
     let noop = h
@@ -60,7 +57,7 @@ async fn inject_guidance_hot_applies() {
 
     set(&h, true).await;
     assert!(
-        wait_for(Duration::from_secs(20), || hook_bound(&h)).await,
+        wait_for(Duration::from_secs(20), || hook_bound(&harness)).await,
         "on again: bound again"
     );
     let out = h
@@ -93,12 +90,14 @@ async fn inject_guidance_hot_applies() {
         .collect();
     assert!(ids.contains(&"sandbox-code-runner::run"));
     assert!(!ids.contains(&GUIDANCE_FN));
+    harness.shutdown().await;
     h.finish(0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boots_and_serves_without_a_configuration_worker() {
     let h = Harness::start("").await;
+    let harness = TriggerProvider::start(&h.bench.url(), &[HOOK]).await;
     let out = h
         .run(json!({"lang": "python", "code": "print(2+2)"}))
         .await
@@ -110,8 +109,9 @@ async fn boots_and_serves_without_a_configuration_worker() {
     .await;
     assert!(warned, "a warning, then the defaults");
     assert!(
-        wait_for(Duration::from_secs(20), || hook_bound(&h)).await,
+        wait_for(Duration::from_secs(20), || hook_bound(&harness)).await,
         "defaults apply: inject_guidance is on"
     );
+    harness.shutdown().await;
     h.finish(0).await;
 }

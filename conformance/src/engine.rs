@@ -9,8 +9,14 @@
 //! Deliberately absent: authentication, queues (`enqueue` answers
 //! `enqueue_error` exactly as an engine without a queue worker does), streaming
 //! channels, observe/local-dispatch (the recorded engine advertised no
-//! protocol features), and a built-in configuration worker (the hermetic bench
-//! attaches a double instead).
+//! protocol features), a built-in configuration worker (the hermetic bench
+//! attaches a double instead), the `iii-observability` worker (its functions,
+//! `log`/`trace` trigger types and config watch), and the firing of the
+//! engine's own `engine::functions-available` / `engine::workers-available`
+//! trigger types (bindings to them are accepted and listed, never fired).
+//!
+//! `conformance/tests/transcript_replay.rs` replays the recorded frames against
+//! this module and compares what comes back, key order included.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -37,6 +43,64 @@ const DEFAULT_NAMESPACE: &str = "default";
 /// Upper bound of a batched `engine::functions::info`.
 const INFO_BATCH_MAX: usize = 32;
 
+/// The engine release this module stands in for (`shared/spec/transcripts`
+/// were recorded on it); its in-process workers report it as their version.
+pub const ENGINE_VERSION: &str = "0.23.0-rc.4";
+
+/// Trigger types the engine itself declares (its `iii-engine-functions`
+/// worker). Bindings to them are live at once; `engine::triggers::list` hides
+/// them unless `include_internal`. The stand-in never fires them.
+const BUILTIN_TRIGGER_TYPES: &[(&str, &str)] = &[
+    (
+        "engine::functions-available",
+        "Triggered when functions are registered/unregistered",
+    ),
+    (
+        "engine::workers-available",
+        "Triggered when workers connect/disconnect",
+    ),
+];
+
+/// Every `engine::*` function of the real engine's `iii-engine-functions`
+/// worker, for its `function_count` in `engine::workers::list`. The stand-in
+/// answers the ones a worker touches (see [`builtin`]); the others answer
+/// `function_not_found`.
+const ENGINE_FUNCTIONS: &[&str] = &[
+    "engine::channels::create",
+    "engine::functions::info",
+    "engine::functions::list",
+    "engine::register_trigger",
+    "engine::registered-triggers::info",
+    "engine::registered-triggers::list",
+    "engine::triggers::info",
+    "engine::triggers::list",
+    "engine::unregister_trigger",
+    "engine::workers::info",
+    "engine::workers::list",
+    "engine::workers::register",
+];
+
+/// The engine's in-process workers as `engine::workers::list` shows them:
+/// `(id and name, description, function count)`. The real engine also lists
+/// `configuration` and `iii-observability`, which the stand-in does not have.
+const IN_PROCESS_WORKERS: &[(&str, &str, usize)] = &[
+    (
+        "iii-engine-functions",
+        "Core engine introspection (engine::*) and platform authoring reference.",
+        ENGINE_FUNCTIONS.len(),
+    ),
+    (
+        "iii-telemetry",
+        "Anonymous usage telemetry and heartbeat reporting for the engine.",
+        0,
+    ),
+    (
+        "iii-worker-manager",
+        "WebSocket listener that SDK workers connect to. Supports RBAC, middleware, registration hooks, and channels.",
+        0,
+    ),
+];
+
 /// A running stand-in engine bound to 127.0.0.1.
 pub struct StandInEngine {
     addr: SocketAddr,
@@ -51,7 +115,7 @@ impl StandInEngine {
     pub async fn start(port: u16) -> std::io::Result<StandInEngine> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
         let addr = listener.local_addr()?;
-        let state: Shared = Arc::new(Mutex::new(State::default()));
+        let state: Shared = Arc::new(Mutex::new(State::new()));
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -108,6 +172,23 @@ impl StandInEngine {
         names
     }
 
+    /// Declares trigger type `id` on behalf of a worker the bench does not run
+    /// (a console, an agent harness), the way the engine's own types are
+    /// declared: bindings to it become live, so they are listed by
+    /// `engine::registered-triggers::list` and `engine::functions::info` as on
+    /// an engine where that worker is connected. Nothing ever fires it. A
+    /// binding to a type nobody declared stays pending and unlisted, as on the
+    /// real engine.
+    pub fn declare_trigger_type(&self, id: &str, description: &str) {
+        lock(&self.state).trigger_types.insert(
+            id.to_string(),
+            TriggerType {
+                owner: None,
+                description: description.to_string(),
+            },
+        );
+    }
+
     /// Stops accepting and closes every socket.
     pub async fn shutdown(mut self) {
         self.close().await;
@@ -153,7 +234,6 @@ enum Outbound {
     Close,
 }
 
-#[derive(Default)]
 struct State {
     workers: HashMap<Uuid, Worker>,
     /// Visible functions, keyed by (namespace, function id).
@@ -161,8 +241,42 @@ struct State {
     /// Synchronous invocations awaiting their result, keyed by invocation id.
     pending: HashMap<String, PendingCall>,
     trigger_types: BTreeMap<String, TriggerType>,
-    /// Trigger bindings by id, whether or not their type is known yet.
+    /// Trigger bindings by id, whether or not their type is known yet. Only
+    /// those whose type is declared are live (listed, bound); the others wait
+    /// for their type, unlisted, as the engine's pending bindings do.
     triggers: BTreeMap<String, Binding>,
+    /// When the engine started: the `connected_at_ms` of its in-process workers.
+    started_at_ms: u128,
+}
+
+impl State {
+    fn new() -> State {
+        let trigger_types = BUILTIN_TRIGGER_TYPES
+            .iter()
+            .map(|(id, description)| {
+                (
+                    id.to_string(),
+                    TriggerType {
+                        owner: None,
+                        description: description.to_string(),
+                    },
+                )
+            })
+            .collect();
+        State {
+            workers: HashMap::new(),
+            functions: BTreeMap::new(),
+            pending: HashMap::new(),
+            trigger_types,
+            triggers: BTreeMap::new(),
+            started_at_ms: now_ms(),
+        }
+    }
+
+    /// Whether `b`'s trigger type is declared, i.e. the binding is live.
+    fn is_live(&self, b: &Binding) -> bool {
+        self.trigger_types.contains_key(&b.trigger_type)
+    }
 }
 
 struct Worker {
@@ -193,7 +307,8 @@ struct PendingCall {
 }
 
 struct TriggerType {
-    owner: Uuid,
+    /// The worker that declared it; `None` for the engine's own types.
+    owner: Option<Uuid>,
     description: String,
 }
 
@@ -414,6 +529,14 @@ fn send(st: &State, to: Uuid, frame: String) {
     }
 }
 
+/// Sends a bind/unbind frame to the worker that declared `trigger_type`, if a
+/// worker did (the engine's own types need no frame).
+fn send_to_provider(st: &State, trigger_type: &str, frame: String) {
+    if let Some(owner) = st.trigger_types.get(trigger_type).and_then(|t| t.owner) {
+        send(st, owner, frame);
+    }
+}
+
 fn str_field<'a>(msg: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     msg.get(key).and_then(Value::as_str)
 }
@@ -489,7 +612,7 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             st.trigger_types.insert(
                 id.to_string(),
                 TriggerType {
-                    owner: from,
+                    owner: Some(from),
                     description: str_field(&msg, "description").unwrap_or("").to_string(),
                 },
             );
@@ -508,7 +631,7 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             let Some(id) = str_field(&msg, "id") else {
                 return;
             };
-            if st.trigger_types.get(id).map(|t| t.owner) == Some(from) {
+            if st.trigger_types.get(id).and_then(|t| t.owner) == Some(from) {
                 st.trigger_types.remove(id);
             }
         }
@@ -518,9 +641,7 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
                 return;
             };
             if let Some(b) = st.triggers.remove(id) {
-                if let Some(t) = st.trigger_types.get(&b.trigger_type) {
-                    send(&st, t.owner, unbind_frame(&b));
-                }
+                send_to_provider(&st, &b.trigger_type, unbind_frame(&b));
             }
         }
         "ping" => send(&st, from, r#"{"type":"pong"}"#.to_string()),
@@ -580,9 +701,7 @@ fn register_trigger(st: &mut State, from: Uuid, msg: &Map<String, Value>) {
         config: msg.get("config").cloned().unwrap_or_else(|| json!({})),
         owner: from,
     };
-    if let Some(t) = st.trigger_types.get(trigger_type) {
-        send(st, t.owner, bind_frame(&b));
-    }
+    send_to_provider(st, trigger_type, bind_frame(&b));
     // Unknown types leave the binding pending, silently, as the engine does.
     st.triggers.insert(b.id.clone(), b);
 }
@@ -705,7 +824,7 @@ fn disconnect(state: &Shared, gone: Uuid) {
     let owned_types: Vec<String> = st
         .trigger_types
         .iter()
-        .filter(|(_, t)| t.owner == gone)
+        .filter(|(_, t)| t.owner == Some(gone))
         .map(|(k, _)| k.clone())
         .collect();
     for t in owned_types {
@@ -719,9 +838,7 @@ fn disconnect(state: &Shared, gone: Uuid) {
         .collect();
     for b in bindings {
         st.triggers.remove(&b.id);
-        if let Some(t) = st.trigger_types.get(&b.trigger_type) {
-            send(&st, t.owner, unbind_frame(&b));
-        }
+        send_to_provider(&st, &b.trigger_type, unbind_frame(&b));
     }
 }
 
@@ -838,24 +955,8 @@ fn builtin(st: &mut State, from: Uuid, function_id: &str, data: &Value) -> Built
         "engine::functions::list" => Some(Ok(functions_list(st, data))),
         "engine::functions::info" => Some(functions_info(st, data)),
         "engine::workers::list" => Some(Ok(workers_list(st))),
-        "engine::triggers::list" => Some(Ok(json!({
-            "triggers": st.trigger_types.iter().map(|(id, t)| json!({
-                "id": id,
-                "description": t.description,
-                "namespace": DEFAULT_NAMESPACE,
-                "worker_name": st.workers.get(&t.owner).and_then(|w| w.name.clone()),
-            })).collect::<Vec<_>>()
-        }))),
-        "engine::registered-triggers::list" => Some(Ok(json!({
-            "registered_triggers": st.triggers.values().map(|b| json!({
-                "id": b.id,
-                "trigger_type": b.trigger_type,
-                "function_id": b.function_id,
-                "config": b.config,
-                "config_summary": serde_json::to_string(&b.config).unwrap_or_default(),
-                "worker_name": function_owner_name(st, &b.function_id),
-            })).collect::<Vec<_>>()
-        }))),
+        "engine::triggers::list" => Some(Ok(triggers_list(st, data))),
+        "engine::registered-triggers::list" => Some(Ok(registered_triggers_list(st, data))),
         other => Some(Err((
             "function_not_found",
             format!("Function {other} not found in namespace {DEFAULT_NAMESPACE}."),
@@ -863,12 +964,95 @@ fn builtin(st: &mut State, from: Uuid, function_id: &str, data: &Value) -> Built
     }
 }
 
-fn function_owner_name(st: &State, function_id: &str) -> Option<String> {
-    st.functions
+fn include_internal(data: &Value) -> bool {
+    data.get("include_internal")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The first `::` segment of `id`: the engine's `worker_name` for anything
+/// whose owner it cannot name.
+fn first_segment(id: &str) -> &str {
+    id.split("::").next().unwrap_or(id)
+}
+
+/// The `worker_name` the engine reports for a function: its owner's name, or
+/// the id's first `::` segment when the owner never named itself (or the
+/// function is not registered). Never null.
+fn worker_name_for(st: &State, owner: Option<Uuid>, function_id: &str) -> String {
+    owner
+        .and_then(|o| st.workers.get(&o))
+        .and_then(|w| w.name.clone())
+        .unwrap_or_else(|| first_segment(function_id).to_string())
+}
+
+fn function_owner_name(st: &State, function_id: &str) -> String {
+    let owner = st
+        .functions
         .iter()
         .find(|((_, id), _)| id == function_id)
-        .and_then(|(_, f)| st.workers.get(&f.owner))
-        .and_then(|w| w.name.clone())
+        .map(|(_, f)| f.owner);
+    worker_name_for(st, owner, function_id)
+}
+
+/// `engine::triggers::list`: declared trigger types sorted by id, the
+/// engine's own `engine::*` types hidden unless `include_internal`.
+fn triggers_list(st: &State, data: &Value) -> Value {
+    let internal = include_internal(data);
+    let triggers: Vec<Value> = st
+        .trigger_types
+        .iter()
+        .filter(|(id, _)| internal || !id.starts_with("engine::"))
+        .map(|(id, t)| {
+            json!({
+                "id": id,
+                "description": t.description,
+                "namespace": DEFAULT_NAMESPACE,
+                "worker_name": worker_name_for(st, t.owner, id),
+            })
+        })
+        .collect();
+    json!({ "triggers": triggers })
+}
+
+/// The engine's `config_summary`: the config as compact JSON, cut after
+/// this many characters (with an ellipsis).
+const CONFIG_SUMMARY_MAX_LEN: usize = 80;
+
+fn config_summary(config: &Value) -> String {
+    let raw = serde_json::to_string(config).unwrap_or_else(|_| "{}".to_string());
+    if raw.chars().count() <= CONFIG_SUMMARY_MAX_LEN {
+        raw
+    } else {
+        let mut out: String = raw.chars().take(CONFIG_SUMMARY_MAX_LEN).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// `engine::registered-triggers::list`: live bindings sorted by id. A binding
+/// whose type nobody declared is pending and not listed (transcripts/02:
+/// `trg-2` of the unknown type `nope` is absent); bindings targeting
+/// `engine::*` functions are hidden unless `include_internal`.
+fn registered_triggers_list(st: &State, data: &Value) -> Value {
+    let internal = include_internal(data);
+    let listed: Vec<Value> = st
+        .triggers
+        .values()
+        .filter(|b| st.is_live(b))
+        .filter(|b| internal || !b.function_id.starts_with("engine::"))
+        .map(|b| {
+            json!({
+                "id": b.id,
+                "trigger_type": b.trigger_type,
+                "function_id": b.function_id,
+                "config": b.config,
+                "config_summary": config_summary(&b.config),
+                "worker_name": function_owner_name(st, &b.function_id),
+            })
+        })
+        .collect();
+    json!({ "registered_triggers": listed })
 }
 
 fn register_worker_name(st: &mut State, from: Uuid, data: &Value) {
@@ -928,10 +1112,7 @@ fn functions_list(st: &State, data: &Value) -> Value {
         .map(str::to_lowercase);
     let prefix = data.get("prefix").and_then(Value::as_str);
     let worker = data.get("worker").and_then(Value::as_str);
-    let include_internal = data
-        .get("include_internal")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_internal = include_internal(data);
     let mut out: Vec<(String, Value)> = Vec::new();
     for ((ns, id), f) in &st.functions {
         if !include_internal && (id.starts_with("engine::") || is_internal(f)) {
@@ -940,8 +1121,8 @@ fn functions_list(st: &State, data: &Value) -> Value {
         if prefix.is_some_and(|p| !id.starts_with(p)) {
             continue;
         }
-        let worker_name = st.workers.get(&f.owner).and_then(|w| w.name.clone());
-        if worker.is_some_and(|w| worker_name.as_deref() != Some(w)) {
+        let worker_name = worker_name_for(st, Some(f.owner), id);
+        if worker.is_some_and(|w| worker_name != w) {
             continue;
         }
         if let Some(s) = &search {
@@ -973,7 +1154,7 @@ fn info_entry(st: &State, function_id: &str) -> Option<Value> {
     entry.insert("namespace".into(), json!(ns));
     entry.insert(
         "worker_name".into(),
-        json!(st.workers.get(&f.owner).and_then(|w| w.name.clone())),
+        json!(worker_name_for(st, Some(f.owner), function_id)),
     );
     if let Some(d) = &f.description {
         entry.insert("description".into(), json!(d));
@@ -991,7 +1172,7 @@ fn info_entry(st: &State, function_id: &str) -> Option<Value> {
     let triggers: Vec<Value> = st
         .triggers
         .values()
-        .filter(|b| b.function_id == function_id)
+        .filter(|b| b.function_id == function_id && st.is_live(b))
         .map(|b| json!({"id": b.id, "trigger_type": b.trigger_type, "config": b.config}))
         .collect();
     entry.insert("registered_triggers".into(), Value::Array(triggers));
@@ -1026,28 +1207,54 @@ fn functions_info(st: &State, data: &Value) -> Result<Value, (&'static str, Stri
     }
 }
 
+/// `engine::workers::list`, as the engine builds it: the connections that
+/// reported a `pid` through `engine::workers::register` (the others, a raw
+/// client or a worker that never named itself, are not listed; transcripts/01),
+/// then the engine's in-process workers, sorted by name (or id) and id.
 fn workers_list(st: &State) -> Value {
-    let workers: Vec<Value> = st
-        .workers
-        .iter()
-        .map(|(id, w)| {
-            let count = st.functions.values().filter(|f| f.owner == *id).count();
-            json!({
-                "id": id.to_string(),
-                "name": w.name,
-                "namespace": w.namespace,
-                "runtime": w.metadata.get("runtime"),
-                "version": w.metadata.get("version"),
-                "os": w.metadata.get("os"),
-                "description": w.metadata.get("description"),
-                "function_count": count,
-                "active_invocations": st.pending.values().filter(|p| p.callee == *id).count(),
-                "connected_at_ms": w.connected_at_ms as u64,
-                "ip_address": Value::Null,
-                "isolation": w.metadata.get("isolation"),
-                "status": "available",
-            })
-        })
-        .collect();
-    json!({ "workers": workers })
+    let mut rows: Vec<(String, String, Value)> = Vec::new();
+    for (uuid, w) in &st.workers {
+        if w.metadata.get("pid").is_none_or(Value::is_null) {
+            continue;
+        }
+        let id = uuid.to_string();
+        let count = st.functions.values().filter(|f| f.owner == *uuid).count();
+        let row = json!({
+            "id": id,
+            "name": w.name,
+            "namespace": w.namespace,
+            "runtime": w.metadata.get("runtime").and_then(Value::as_str).unwrap_or("unknown"),
+            "version": w.metadata.get("version"),
+            "os": w.metadata.get("os"),
+            "description": w.metadata.get("description"),
+            "function_count": count,
+            "active_invocations": st.pending.values().filter(|p| p.callee == *uuid).count(),
+            "connected_at_ms": w.connected_at_ms as u64,
+            "ip_address": Value::Null,
+            "isolation": w.metadata.get("isolation"),
+            // The engine never moves a socket worker off its initial status.
+            "status": "connected",
+        });
+        rows.push((w.name.clone().unwrap_or_else(|| id.clone()), id, row));
+    }
+    for (name, description, count) in IN_PROCESS_WORKERS {
+        let row = json!({
+            "id": name,
+            "name": name,
+            "namespace": DEFAULT_NAMESPACE,
+            "runtime": "engine",
+            "version": ENGINE_VERSION,
+            "os": Value::Null,
+            "description": description,
+            "function_count": count,
+            "active_invocations": 0,
+            "connected_at_ms": st.started_at_ms as u64,
+            "ip_address": Value::Null,
+            "isolation": "in-process",
+            "status": "available",
+        });
+        rows.push((name.to_string(), name.to_string(), row));
+    }
+    rows.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    json!({ "workers": rows.into_iter().map(|(_, _, row)| row).collect::<Vec<_>>() })
 }

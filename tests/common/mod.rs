@@ -245,3 +245,77 @@ pub fn assert_no_runtime_ids(text: &str) {
         i = at;
     }
 }
+
+/// A stand-in for the workers that own trigger types the worker binds to
+/// (the harness's pre-generate hook, the console's asset slots): it declares
+/// the types and records the bindings the engine hands it, exactly as a real
+/// provider sees them.
+pub struct TriggerProvider {
+    client: IIIClient,
+    active: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Value)>>>,
+}
+
+struct Recorder {
+    trigger_type: String,
+    active: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Value)>>>,
+}
+
+#[async_trait::async_trait]
+impl iii_sdk::trigger::TriggerHandler for Recorder {
+    async fn register_trigger(
+        &self,
+        c: iii_sdk::trigger::TriggerConfig,
+    ) -> Result<(), iii_sdk::Error> {
+        self.active.lock().unwrap().push((
+            c.id,
+            self.trigger_type.clone(),
+            c.function_id,
+            c.config,
+        ));
+        Ok(())
+    }
+
+    async fn unregister_trigger(
+        &self,
+        c: iii_sdk::trigger::TriggerConfig,
+    ) -> Result<(), iii_sdk::Error> {
+        self.active.lock().unwrap().retain(|(id, ..)| *id != c.id);
+        Ok(())
+    }
+}
+
+impl TriggerProvider {
+    pub async fn start(url: &str, types: &[&str]) -> TriggerProvider {
+        let client = code_runner_conformance::client::connect(url, "trigger-provider")
+            .await
+            .expect("provider connects");
+        let active = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        for t in types {
+            #[allow(deprecated)] // the engine under test speaks trigger types
+            client.register_trigger_type(iii_sdk::RegisterTriggerType::new(
+                *t,
+                "test provider",
+                Recorder {
+                    trigger_type: t.to_string(),
+                    active: active.clone(),
+                },
+            ));
+        }
+        TriggerProvider { client, active }
+    }
+
+    /// The configs of the live bindings of `function_id` to `trigger_type`.
+    pub fn bindings(&self, trigger_type: &str, function_id: &str) -> Vec<Value> {
+        self.active
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, t, f, _)| t == trigger_type && f == function_id)
+            .map(|(.., c)| c.clone())
+            .collect()
+    }
+
+    pub async fn shutdown(self) {
+        self.client.shutdown_async().await;
+    }
+}
