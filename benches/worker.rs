@@ -126,8 +126,10 @@ fn main() {
     let worker = rt.block_on(Worker::spawn(&url, &client, "warm_pool: 0\n"));
 
     // ---- reuse: a run on a kept runtime vs a direct exec ----
+    // Sub-millisecond overheads on ~20–60 ms execs: more samples.
     {
         let mut g = c.benchmark_group("reuse");
+        g.sample_size(40).measurement_time(Duration::from_secs(6));
         for lang in [Lang::Python, Lang::Node] {
             let kept = rt.block_on(must(
                 &client,
@@ -182,6 +184,7 @@ fn main() {
     // ---- handler_call: a registered function vs a direct exec of it ----
     {
         let mut g = c.benchmark_group("handler_call");
+        g.sample_size(40).measurement_time(Duration::from_secs(6));
         let handlers = [
             (
                 Lang::Python,

@@ -40,6 +40,49 @@ impl Default for LiveSettings {
     }
 }
 
+/// The slice of the harness's pre-generate envelope the hook reads.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[schemars(title = "PreGenerateEvent")]
+pub struct PreGenerateEvent {
+    #[serde(default)]
+    pub generate: GenerateContext,
+}
+
+/// The generation the hook may change.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct GenerateContext {
+    /// The system prompt assembled so far.
+    #[serde(default)]
+    pub system_prompt: String,
+}
+
+/// The hook's answer to the harness.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(title = "PreGenerateResponse")]
+pub struct PreGenerateResponse {
+    pub mutations: PreGenerateMutations,
+}
+
+/// What to change; an absent `system_prompt` is the no-op.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PreGenerateMutations {
+    /// The full replacement prompt (the harness overwrites, it does not merge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+}
+
+/// The configuration trigger's event, as far as this worker reads it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(title = "OnConfigChangeRequest")]
+pub struct OnConfigChangeRequest {}
+
+/// Acknowledges a configuration event.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[schemars(title = "OnConfigChangeResponse")]
+pub struct OnConfigChangeResponse {
+    pub ok: bool,
+}
+
 /// What agents are told about this worker.
 pub const GUIDANCE: &str = "\
 ## Running code (sandbox-code-runner)
@@ -140,14 +183,8 @@ impl Settings {
             FunctionSpec {
                 id: GUIDANCE_FN.into(),
                 description: Some("Internal: appends sandbox-code-runner usage guidance to an agent's system prompt.".into()),
-                request_format: Some(json!({
-                    "type": "object",
-                    "properties": {"generate": {"type": "object", "properties": {"system_prompt": {"type": "string"}}}}
-                })),
-                response_format: Some(json!({
-                    "type": "object",
-                    "properties": {"mutations": {"type": "object", "properties": {"system_prompt": {"type": "string"}}}}
-                })),
+                request_format: Some(crate::wire::schema_of::<PreGenerateEvent>()),
+                response_format: Some(crate::wire::schema_of::<PreGenerateResponse>()),
                 metadata: Some(json!({"internal": true})),
             },
             guidance,
@@ -168,8 +205,8 @@ impl Settings {
                 description: Some(
                     "Internal: hot-applies sandbox-code-runner settings on change.".into(),
                 ),
-                request_format: None,
-                response_format: None,
+                request_format: Some(crate::wire::schema_of::<OnConfigChangeRequest>()),
+                response_format: Some(crate::wire::schema_of::<OnConfigChangeResponse>()),
                 metadata: Some(json!({"internal": true})),
             },
             on_change,

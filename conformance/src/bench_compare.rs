@@ -79,7 +79,8 @@ pub fn compare(a: &Value, b: &Value) -> Vec<Row> {
 }
 
 fn cell(v: Option<f64>, digits: usize) -> String {
-    v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "-".into())
+    v.map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// The printable table.
@@ -132,9 +133,15 @@ mod tests {
         let x = rows.iter().find(|r| r.bench == "x").unwrap();
         assert_eq!(x.ratio(), Some(0.5));
         assert_eq!((x.a_calls, x.b_calls), (Some(3.0), Some(2.0)));
-        assert_eq!(rows.iter().find(|r| r.bench == "only_b").unwrap().ratio(), None);
+        assert_eq!(
+            rows.iter().find(|r| r.bench == "only_b").unwrap().ratio(),
+            None
+        );
         let table = render(&a, &b);
-        assert!(table.contains("0.50") && table.contains("3.0→2.0"), "{table}");
+        assert!(
+            table.contains("0.50") && table.contains("3.0→2.0"),
+            "{table}"
+        );
     }
 
     #[test]
@@ -144,7 +151,10 @@ mod tests {
         let p = dir.join("a.json");
         std::fs::write(&p, "{}").unwrap();
         assert!(matches!(run(&p, &p), Err(CompareError::Parse { .. })));
-        assert!(matches!(run(&dir.join("missing"), &p), Err(CompareError::Read { .. })));
+        assert!(matches!(
+            run(&dir.join("missing"), &p),
+            Err(CompareError::Read { .. })
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

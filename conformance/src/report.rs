@@ -88,7 +88,10 @@ impl Report {
 
     /// Cases that fail the run.
     pub fn unexpected(&self) -> Vec<&CaseReport> {
-        self.cases.iter().filter(|c| c.verdict.unexpected()).collect()
+        self.cases
+            .iter()
+            .filter(|c| c.verdict.unexpected())
+            .collect()
     }
 
     /// Whether the run passes.
@@ -172,7 +175,11 @@ impl Report {
             r#"      <property name="suite_version" value="{}"/>"#,
             xml(&self.suite_version)
         );
-        let _ = writeln!(x, r#"      <property name="mode" value="{}"/>"#, xml(&self.mode));
+        let _ = writeln!(
+            x,
+            r#"      <property name="mode" value="{}"/>"#,
+            xml(&self.mode)
+        );
         for (k, v) in &self.envelopes {
             let _ = writeln!(
                 x,

@@ -40,7 +40,11 @@ fn worker() -> WorkerCommand {
     }
 }
 
-async fn forward(client: IIIClient, function: &'static str, payload: Value) -> Result<Value, iii_sdk::Error> {
+async fn forward(
+    client: IIIClient,
+    function: &'static str,
+    payload: Value,
+) -> Result<Value, iii_sdk::Error> {
     let mut payload = payload;
     if let Value::Object(m) = &mut payload {
         m.remove("_caller_worker_id");
@@ -101,13 +105,18 @@ async fn start_mutant(url: &str) -> (IIIClient, Vec<FunctionRef>) {
             .expect("the real function is listed");
         let mut response = info.get("response_schema").cloned().unwrap_or(json!({}));
         if function == "run" {
-            if let Some(props) = response.get_mut("properties").and_then(Value::as_object_mut) {
+            if let Some(props) = response
+                .get_mut("properties")
+                .and_then(Value::as_object_mut)
+            {
                 props.remove("runtime_id");
             }
         }
         let c = client.clone();
-        let mut reg = RegisterFunction::new_async(move |payload: Value| forward(c.clone(), function, payload))
-            .response_format(response);
+        let mut reg = RegisterFunction::new_async(move |payload: Value| {
+            forward(c.clone(), function, payload)
+        })
+        .response_format(response);
         if let Some(r) = info.get("request_schema") {
             reg = reg.request_format(r.clone());
         }
@@ -136,12 +145,15 @@ async fn the_suite_reports_exactly_the_broken_cases() {
     let probe = code_runner_conformance::client::connect(&url, "mutant-test")
         .await
         .expect("client connects");
-    let mut real = WorkerProcess::spawn(&worker(), &url, UrlVia::Flag, None).expect("worker starts");
+    let mut real =
+        WorkerProcess::spawn(&worker(), &url, UrlVia::Flag, None).expect("worker starts");
     let real_functions: Vec<String> = FUNCTIONS
         .iter()
         .map(|f| format!("sandbox-code-runner::{f}"))
         .collect();
-    real.wait_ready(&probe, &real_functions).await.expect("worker ready");
+    real.wait_ready(&probe, &real_functions)
+        .await
+        .expect("worker ready");
     let (mutant, refs) = start_mutant(&url).await;
 
     let dir = std::env::temp_dir().join(format!("suite-can-fail-{:08x}", rand::random::<u32>()));
@@ -199,7 +211,11 @@ async fn the_suite_reports_exactly_the_broken_cases() {
         report.cases
     );
     assert_eq!(verdict("run.one-shot.print"), Verdict::Stale);
-    for id in ["run.keep.returns-runtime-id", "teardown.exactly-one", "schema.run"] {
+    for id in [
+        "run.keep.returns-runtime-id",
+        "teardown.exactly-one",
+        "schema.run",
+    ] {
         assert_eq!(verdict(id), Verdict::Fail, "{id}");
     }
     for id in [
@@ -226,8 +242,12 @@ async fn the_suite_reports_exactly_the_broken_cases() {
             .unwrap_or_default()
     };
     assert!(message("run.keep.returns-runtime-id").contains("/runtime_id"));
-    assert!(message("teardown.exactly-one").contains("expected error mutant::invalid_request, got mutant::runtime_not_found"));
-    assert!(message("schema.run").contains("schema drift") && message("schema.run").contains("runtime_id"));
+    assert!(message("teardown.exactly-one")
+        .contains("expected error mutant::invalid_request, got mutant::runtime_not_found"));
+    assert!(
+        message("schema.run").contains("schema drift")
+            && message("schema.run").contains("runtime_id")
+    );
     assert!(message("run.one-shot.print").contains("stale"));
     // The mutant's errors travelled in the code-field envelope.
     assert!(report.envelopes.contains_key("code_field"));

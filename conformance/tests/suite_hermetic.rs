@@ -29,13 +29,28 @@ async fn the_whole_suite_passes_against_our_worker() {
     let unexpected: Vec<String> = report
         .unexpected()
         .iter()
-        .map(|c| format!("{} {}: {}", c.verdict.label(), c.id, c.message.as_deref().unwrap_or("")))
+        .map(|c| {
+            format!(
+                "{} {}: {}",
+                c.verdict.label(),
+                c.id,
+                c.message.as_deref().unwrap_or("")
+            )
+        })
         .collect();
-    assert!(unexpected.is_empty(), "unexpected results:\n{}", unexpected.join("\n"));
+    assert!(
+        unexpected.is_empty(),
+        "unexpected results:\n{}",
+        unexpected.join("\n")
+    );
     assert!(report.closed_world.is_empty(), "{:?}", report.closed_world);
     assert!(report.summary.passed >= 100, "{:?}", report.summary);
     assert_eq!(
-        report.envelopes.keys().map(String::as_str).collect::<Vec<_>>(),
+        report
+            .envelopes
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         ["code_field"],
         "our worker uses the code-field envelope only"
     );

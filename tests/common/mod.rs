@@ -250,14 +250,17 @@ pub fn assert_no_runtime_ids(text: &str) {
 /// (the harness's pre-generate hook, the console's asset slots): it declares
 /// the types and records the bindings the engine hands it, exactly as a real
 /// provider sees them.
+/// Live bindings: (binding id, trigger type, function id, config).
+type Bindings = std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Value)>>>;
+
 pub struct TriggerProvider {
     client: IIIClient,
-    active: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Value)>>>,
+    active: Bindings,
 }
 
 struct Recorder {
     trigger_type: String,
-    active: std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, Value)>>>,
+    active: Bindings,
 }
 
 #[async_trait::async_trait]

@@ -171,6 +171,10 @@ pub enum Action {
     /// Registers `function_id` from the suite's own client (another worker
     /// on the bus); unregistered when the case ends. `{registered: true}`.
     RegisterForeign { function_id: String },
+    /// Declares trigger type `id` from the suite's own client, playing its
+    /// owner (the harness for `harness::hook::pre-generate`): bindings to it
+    /// become live and listed. Undeclared when the case ends. `{declared: true}`.
+    DeclareTriggerType { id: String },
     /// SIGTERM the worker, wait for it to exit, start it again, wait ready.
     RestartWorker {},
     /// SIGTERM the worker and wait for it to exit: `{exit_code}`.
@@ -188,7 +192,9 @@ impl Action {
     pub fn needs_private_env(&self) -> bool {
         !matches!(
             self,
-            Action::LocateSandbox { .. } | Action::RegisterForeign { .. }
+            Action::LocateSandbox { .. }
+                | Action::RegisterForeign { .. }
+                | Action::DeclareTriggerType { .. }
         )
     }
 }
@@ -324,6 +330,7 @@ pub fn action_name(a: &Action) -> &'static str {
     match a {
         Action::LocateSandbox { .. } => "locate_sandbox",
         Action::RegisterForeign { .. } => "register_foreign",
+        Action::DeclareTriggerType { .. } => "declare_trigger_type",
         Action::RestartWorker {} => "restart_worker",
         Action::StopWorker {} => "stop_worker",
         Action::StartSandbox {} => "start_sandbox",
@@ -393,7 +400,9 @@ impl Case {
         }
         if let Some(env) = &self.environment {
             if env.worker_config.is_some() && env.worker_config_raw.is_some() {
-                return Err("environment: worker_config and worker_config_raw exclude each other".into());
+                return Err(
+                    "environment: worker_config and worker_config_raw exclude each other".into(),
+                );
             }
             if !matches!(&env.worker_config, Some(Value::Object(_)) | None) {
                 return Err("environment.worker_config must be a mapping".into());

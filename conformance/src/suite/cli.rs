@@ -118,7 +118,6 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(SuiteError::Unavailable(why)) => {
             eprintln!("skipped: {why}");
-            println!("skipped: {why}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {

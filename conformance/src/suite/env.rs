@@ -75,6 +75,11 @@ impl WorkerCommand {
     /// The workspace's `sandbox-code-runner` next to the running executable
     /// (`target/<profile>/`); built with cargo when it is missing.
     pub fn default_beside_exe() -> Result<WorkerCommand, EnvError> {
+        WorkerCommand::beside_exe(BuildPolicy::IfMissing)
+    }
+
+    /// The same, with a choice of when to run `cargo build` first.
+    pub fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
         let exe = std::env::current_exe()
             .map_err(|e| EnvError::Failed(format!("cannot locate the current executable: {e}")))?;
         let mut dir = exe
@@ -86,7 +91,7 @@ impl WorkerCommand {
             dir.pop();
         }
         let candidate = dir.join("sandbox-code-runner");
-        if !candidate.exists() {
+        if policy == BuildPolicy::Always || !candidate.exists() {
             build_worker(&dir)?;
         }
         if !candidate.exists() {
@@ -97,6 +102,16 @@ impl WorkerCommand {
         }
         Ok(WorkerCommand::program(candidate))
     }
+}
+
+/// When the default worker is (re)built before a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildPolicy {
+    /// Only when the binary is missing (tests: cargo built it already).
+    IfMissing,
+    /// Every time (the CLI: a run always tests the current sources; a no-op
+    /// when they are built already).
+    Always,
 }
 
 /// `cargo build -p sandbox-code-runner` for the profile whose output
@@ -111,12 +126,25 @@ fn build_worker(dir: &Path) -> Result<(), EnvError> {
         return Ok(());
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!(
-        "note: {} is missing; building it (cargo build --profile {profile} -p sandbox-code-runner)",
-        dir.join("sandbox-code-runner").display()
-    );
+    eprintln!("building the worker: cargo build --profile {profile} -p sandbox-code-runner");
     let profile_arg = if profile == "debug" { "dev" } else { profile };
-    let status = std::process::Command::new(cargo)
+    let mut command = std::process::Command::new(&cargo);
+    // `cargo run` hands its child the package's own CARGO_* variables; build
+    // scripts that track them (ring's, through cc) would see a changed
+    // environment, rerun, and make the next `cargo run` rebuild half the tree.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                key,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+            )
+        {
+            command.env_remove(key);
+        }
+    }
+    let status = command
         .arg("build")
         .arg("--manifest-path")
         .arg(&manifest)
@@ -126,9 +154,18 @@ fn build_worker(dir: &Path) -> Result<(), EnvError> {
         .arg("sandbox-code-runner")
         .arg("--bin")
         .arg("sandbox-code-runner")
-        .env("CARGO_TARGET_DIR", target_dir)
-        .status()
-        .map_err(|e| EnvError::Failed(format!("cannot run cargo: {e}")))?;
+        .arg("--quiet")
+        .arg("--target-dir")
+        .arg(target_dir)
+        .status();
+    let status = match status {
+        Ok(s) => s,
+        // No cargo here: use whatever binary exists.
+        Err(e) => {
+            eprintln!("note: cannot run {cargo} ({e}); using the existing worker binary");
+            return Ok(());
+        }
+    };
     if !status.success() {
         return Err(EnvError::Failed(format!(
             "cargo build -p sandbox-code-runner failed ({status})"
@@ -240,11 +277,17 @@ impl WorkerProcess {
 
     /// Whether the process already ended (and how).
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Waits until every id in `functions` is listed by the engine.
-    pub async fn wait_ready(&mut self, client: &IIIClient, functions: &[String]) -> Result<(), EnvError> {
+    pub async fn wait_ready(
+        &mut self,
+        client: &IIIClient,
+        functions: &[String],
+    ) -> Result<(), EnvError> {
         let until = Instant::now() + READY_DEADLINE;
         loop {
             if let Some(status) = self.try_exit() {
@@ -289,7 +332,10 @@ impl WorkerProcess {
     /// Waits for the process to end by itself.
     pub async fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
-        let status = tokio::time::timeout(deadline, child.wait()).await.ok()?.ok()?;
+        let status = tokio::time::timeout(deadline, child.wait())
+            .await
+            .ok()?
+            .ok()?;
         self.child = None;
         Some(status)
     }
@@ -487,7 +533,11 @@ impl Env {
     }
 
     /// A case's private environment.
-    pub async fn private(spec: &EnvSpec, cmd: &WorkerCommand, functions: Vec<String>) -> Result<Env, EnvError> {
+    pub async fn private(
+        spec: &EnvSpec,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+    ) -> Result<Env, EnvError> {
         let port = match spec.url_via {
             UrlVia::Default => DEFAULT_ENGINE_PORT,
             _ => 0,
@@ -518,7 +568,9 @@ impl Env {
             Some(
                 SandboxDouble::start(&url, limits.clone())
                     .await
-                    .map_err(|e| EnvError::Failed(format!("the daemon double cannot start: {e}")))?,
+                    .map_err(|e| {
+                        EnvError::Failed(format!("the daemon double cannot start: {e}"))
+                    })?,
             )
         } else {
             None
@@ -706,7 +758,8 @@ fn split_image(image: &str) -> (String, String) {
 /// Whether a Docker daemon answers `GET /_ping`; the reason when not.
 pub fn docker_answers() -> Result<(), String> {
     use std::io::{Read, Write};
-    let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let host =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
     let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
     let mut answer = String::new();
     let timeout = Some(Duration::from_secs(3));
@@ -744,7 +797,10 @@ mod tests {
     #[test]
     fn images_split_into_name_and_tag() {
         assert_eq!(split_image("iii:1.2"), ("iii".into(), "1.2".into()));
-        assert_eq!(split_image("ghcr.io/iii-hq/iii"), ("ghcr.io/iii-hq/iii".into(), "latest".into()));
+        assert_eq!(
+            split_image("ghcr.io/iii-hq/iii"),
+            ("ghcr.io/iii-hq/iii".into(), "latest".into())
+        );
         assert_eq!(
             split_image("localhost:5000/iii:rc"),
             ("localhost:5000/iii".into(), "rc".into())

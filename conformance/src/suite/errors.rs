@@ -186,10 +186,7 @@ pub fn closed_world_static(
             }),
             (Some(ids), Some(_)) => out.push(Violation {
                 code: e.code.clone(),
-                problem: format!(
-                    "`no_case_reason` is stale: produced by {}",
-                    ids.join(", ")
-                ),
+                problem: format!("`no_case_reason` is stale: produced by {}", ids.join(", ")),
             }),
             _ => {}
         }

@@ -90,10 +90,11 @@ impl Expectations {
         if text.trim().is_empty() {
             return Ok(Expectations::default());
         }
-        let e: Expectations = serde_yaml::from_str(&text).map_err(|e| ExpectationsError::Invalid {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let e: Expectations =
+            serde_yaml::from_str(&text).map_err(|e| ExpectationsError::Invalid {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
         let mut seen = BTreeMap::new();
         for x in &e.expected_failures {
             if x.reason.trim().is_empty() {

@@ -138,14 +138,22 @@ pub struct Mismatch {
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
         write!(f, "{path}: expected {}, got {}", self.expected, self.actual)
     }
 }
 
 fn spec_err(path: &str, message: impl Into<String>) -> MatcherError {
     MatcherError::Spec {
-        path: if path.is_empty() { "/".into() } else { path.into() },
+        path: if path.is_empty() {
+            "/".into()
+        } else {
+            path.into()
+        },
         message: message.into(),
     }
 }
@@ -208,10 +216,11 @@ impl Matcher {
     }
 
     fn fill(vars: &Vars, s: &str, splice: Splice, path: &str) -> Result<String, MatcherError> {
-        vars.fill_str(s, splice).map_err(|source| MatcherError::Var {
-            path: path.to_string(),
-            source,
-        })
+        vars.fill_str(s, splice)
+            .map_err(|source| MatcherError::Var {
+                path: path.to_string(),
+                source,
+            })
     }
 
     fn regex(vars: &Vars, v: &Value, path: &str) -> Result<Regex, MatcherError> {

@@ -116,7 +116,9 @@ impl Golden {
         self.root.join("schemas")
     }
     pub fn expectations(&self, target: &str) -> PathBuf {
-        self.root.join("expectations").join(format!("{target}.yaml"))
+        self.root
+            .join("expectations")
+            .join(format!("{target}.yaml"))
     }
 }
 
@@ -131,7 +133,11 @@ pub struct Loaded {
 }
 
 /// Loads and cross-checks the golden data for `target`.
-pub fn load(golden: &Golden, target: &str, expectations: Option<&Path>) -> Result<Loaded, SuiteError> {
+pub fn load(
+    golden: &Golden,
+    target: &str,
+    expectations: Option<&Path>,
+) -> Result<Loaded, SuiteError> {
     let g = |e: String| SuiteError::Golden(e);
     let all = Target::load_all(&golden.targets()).map_err(|e| g(e.to_string()))?;
     let target = Target::load(&golden.targets(), target).map_err(|e| g(e.to_string()))?;
@@ -177,7 +183,8 @@ pub fn closed_world_static(loaded: &Loaded) -> Vec<Violation> {
 /// Where the suite runs.
 #[derive(Debug, Clone)]
 pub enum Mode {
-    /// The bench in-process; the worker spawned (default: the workspace's).
+    /// The bench in-process; the worker spawned (default: the workspace's,
+    /// rebuilt first when the sources changed).
     Hermetic { worker_cmd: Option<WorkerCommand> },
     /// A running engine where the target is already connected.
     Live { url: String },
@@ -290,7 +297,6 @@ struct Context<'a> {
 
 /// Runs the suite.
 pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
-    let started = Instant::now();
     let golden = Golden::locate(opts.golden.clone())?;
     let loaded = load(&golden, &opts.target, opts.expectations.as_deref())?;
     let prefix = opts
@@ -304,12 +310,24 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         .map(|f| format!("{prefix}::{f}"))
         .collect();
 
+    // The engine-image gate comes first: without Docker nothing else matters.
+    if let Mode::EngineImage { .. } = &opts.mode {
+        env::docker_answers().map_err(SuiteError::Unavailable)?;
+    }
+    // Building the default worker is not part of the run's wall time.
+    let default_cmd = match &opts.mode {
+        Mode::Hermetic { worker_cmd: None }
+        | Mode::EngineImage {
+            worker_cmd: None, ..
+        } => Some(WorkerCommand::beside_exe(env::BuildPolicy::Always)?),
+        _ => None,
+    };
+    let started = Instant::now();
     let (env, worker_cmd, private_ok) = match &opts.mode {
         Mode::Hermetic { worker_cmd } => {
-            let cmd = match worker_cmd {
-                Some(c) => c.clone(),
-                None => WorkerCommand::default_beside_exe()?,
-            };
+            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
+                SuiteError::Environment("no worker command".into())
+            })?;
             (Env::hermetic(&cmd, functions.clone()).await?, Some(cmd), Ok(()))
         }
         Mode::Live { url } => (
@@ -322,10 +340,9 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
             port,
             worker_cmd,
         } => {
-            let cmd = match worker_cmd {
-                Some(c) => c.clone(),
-                None => WorkerCommand::default_beside_exe()?,
-            };
+            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
+                SuiteError::Environment("no worker command".into())
+            })?;
             (
                 Env::engine_image(image, *port, &cmd, functions.clone()).await?,
                 None,
@@ -430,7 +447,13 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
 
     // Expectation entries that name no case at all are stale.
     let mut known: Vec<String> = loaded.cases.iter().map(|c| c.id.clone()).collect();
-    known.extend(loaded.target.functions.iter().map(|f| format!("schema.{f}")));
+    known.extend(
+        loaded
+            .target
+            .functions
+            .iter()
+            .map(|f| format!("schema.{f}")),
+    );
     known.push(CLOSED_WORLD_CASE.to_string());
     let known_refs: Vec<&str> = known.iter().map(String::as_str).collect();
     for e in loaded.expectations.unknown_entries(&known_refs) {
@@ -586,7 +609,11 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
 
 async fn run_schema(ctx: &Context<'_>, function: &str) -> JobResult {
     let started = Instant::now();
-    let path = schema::golden_path(&ctx.loaded.golden.schemas(), &ctx.loaded.target.name, function);
+    let path = schema::golden_path(
+        &ctx.loaded.golden.schemas(),
+        &ctx.loaded.target.name,
+        function,
+    );
     let mut result = JobResult {
         id: format!("schema.{function}"),
         duration: Duration::ZERO,

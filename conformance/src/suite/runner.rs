@@ -42,12 +42,36 @@ pub struct CaseRun<'a> {
     envelopes: Mutex<BTreeMap<Envelope, u32>>,
     observed: Mutex<Vec<(String, Observed)>>,
     foreign: Mutex<Vec<FunctionRef>>,
+    trigger_types: Mutex<Vec<String>>,
+}
+
+/// The owner side of a trigger type a case declares: accepts every binding.
+struct AcceptBindings;
+
+#[async_trait::async_trait]
+impl iii_sdk::trigger::TriggerHandler for AcceptBindings {
+    async fn register_trigger(
+        &self,
+        _config: iii_sdk::trigger::TriggerConfig,
+    ) -> Result<(), iii_sdk::Error> {
+        Ok(())
+    }
+
+    async fn unregister_trigger(
+        &self,
+        _config: iii_sdk::trigger::TriggerConfig,
+    ) -> Result<(), iii_sdk::Error> {
+        Ok(())
+    }
 }
 
 /// What a call or action came back with.
 enum Outcome {
     Response(Value),
-    Error { code: String, message: String },
+    Error {
+        code: String,
+        message: String,
+    },
     /// The client itself failed (timeout, disconnect).
     Transport(String),
 }
@@ -66,6 +90,7 @@ impl<'a> CaseRun<'a> {
             envelopes: Mutex::new(BTreeMap::new()),
             observed: Mutex::new(Vec::new()),
             foreign: Mutex::new(Vec::new()),
+            trigger_types: Mutex::new(Vec::new()),
         }
     }
 
@@ -81,6 +106,10 @@ impl<'a> CaseRun<'a> {
         for f in lock(&self.foreign).drain(..) {
             f.unregister();
         }
+        for t in lock(&self.trigger_types).drain(..) {
+            #[allow(deprecated)] // the engine speaks trigger types
+            self.env.client.unregister_trigger_type(t);
+        }
         RawOutcome {
             failure,
             envelopes: std::mem::take(&mut *lock(&self.envelopes)),
@@ -92,7 +121,9 @@ impl<'a> CaseRun<'a> {
     fn run_steps<'b>(&'b self, steps: &'b [Step]) -> BoxFuture<'b, Result<(), String>> {
         async move {
             for (i, s) in steps.iter().enumerate() {
-                self.run_step(s).await.map_err(|e| format!("{}: {e}", s.label(i)))?;
+                self.run_step(s)
+                    .await
+                    .map_err(|e| format!("{}: {e}", s.label(i)))?;
             }
             Ok(())
         }
@@ -322,7 +353,9 @@ impl<'a> CaseRun<'a> {
         for token in want.message_lacks() {
             let token = self.fill(token)?;
             if !token.is_empty() && message.contains(&token) {
-                return Err(format!("the error message carries `{token}`, which it must not"));
+                return Err(format!(
+                    "the error message carries `{token}`, which it must not"
+                ));
             }
         }
         Ok(())
@@ -369,6 +402,21 @@ impl<'a> CaseRun<'a> {
             },
             Action::RegisterForeign { function_id } => match self.fill(function_id) {
                 Ok(f) => self.register_foreign(&f).await,
+                Err(e) => Err(e),
+            },
+            Action::DeclareTriggerType { id } => match self.fill(id) {
+                Ok(id) => {
+                    #[allow(deprecated)] // the engine speaks trigger types
+                    self.env.client.register_trigger_type_without_warning(
+                        iii_sdk::RegisterTriggerType::new(
+                            id.clone(),
+                            "declared by code-runner-conformance",
+                            AcceptBindings,
+                        ),
+                    );
+                    lock(&self.trigger_types).push(id);
+                    Ok(json!({ "declared": true }))
+                }
                 Err(e) => Err(e),
             },
             Action::RestartWorker {} => self.env.restart_worker().await.map_err(|e| e.to_string()),

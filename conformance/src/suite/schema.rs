@@ -74,12 +74,7 @@ pub fn normalize(schema: &Value) -> Value {
         if STRIPPED.contains(&k.as_str()) {
             continue;
         }
-        let nv = if SCHEMA_VALUED.contains(&k.as_str()) {
-            match v {
-                Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
-                other => normalize(other),
-            }
-        } else if SCHEMA_LISTS.contains(&k.as_str()) {
+        let nv = if SCHEMA_VALUED.contains(&k.as_str()) || SCHEMA_LISTS.contains(&k.as_str()) {
             match v {
                 Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
                 other => normalize(other),
@@ -114,7 +109,10 @@ pub fn differences(golden: &Value, live: &Value) -> Vec<String> {
 fn short(v: &Value) -> String {
     let s = v.to_string();
     if s.len() > 120 {
-        format!("{}…", &s[..s.char_indices().nth(110).map_or(s.len(), |(i, _)| i)])
+        format!(
+            "{}…",
+            &s[..s.char_indices().nth(110).map_or(s.len(), |(i, _)| i)]
+        )
     } else {
         s
     }
@@ -204,7 +202,10 @@ pub fn load_golden(path: &Path) -> Result<Value, SchemaError> {
 }
 
 /// Every golden entry of a target: function suffix → entry.
-pub fn load_target(schemas_dir: &Path, target: &str) -> Result<BTreeMap<String, Value>, SchemaError> {
+pub fn load_target(
+    schemas_dir: &Path,
+    target: &str,
+) -> Result<BTreeMap<String, Value>, SchemaError> {
     let dir = schemas_dir.join(target);
     let rd = std::fs::read_dir(&dir).map_err(|source| SchemaError::Read {
         path: dir.display().to_string(),
@@ -239,7 +240,8 @@ pub fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
 pub fn sort_keys(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
-            let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, x)| (k, sort_keys(x))).collect();
+            let sorted: BTreeMap<&String, Value> =
+                m.iter().map(|(k, x)| (k, sort_keys(x))).collect();
             Value::Object(sorted.into_iter().map(|(k, x)| (k.clone(), x)).collect())
         }
         Value::Array(a) => Value::Array(a.iter().map(sort_keys).collect()),
@@ -263,7 +265,11 @@ impl std::fmt::Display for Field {
             f,
             "{}, {}",
             self.ty,
-            if self.required { "required" } else { "optional" }
+            if self.required {
+                "required"
+            } else {
+                "optional"
+            }
         )?;
         if let Some(d) = &self.default {
             write!(f, ", default {d}")?;
@@ -313,7 +319,11 @@ pub fn type_of(schema: &Value, root: &Value) -> String {
         }
     }
     if let Some(e) = s.get("enum").and_then(Value::as_array) {
-        return e.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("|");
+        return e
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("|");
     }
     if let Some(c) = s.get("const") {
         return format!("const {c}");
@@ -542,7 +552,9 @@ impl CompatReport {
         for f in &self.functions {
             for d in &f.request {
                 match d.change {
-                    FieldChange::Changed => out.push(format!("{} request.{} differs", f.function, d.field)),
+                    FieldChange::Changed => {
+                        out.push(format!("{} request.{} differs", f.function, d.field))
+                    }
                     FieldChange::OnlyB
                         if d.b.as_deref().is_some_and(|s| s.contains(", required")) =>
                     {
@@ -556,8 +568,13 @@ impl CompatReport {
             }
             for d in &f.response {
                 match d.change {
-                    FieldChange::Changed => out.push(format!("{} response.{} differs", f.function, d.field)),
-                    FieldChange::OnlyA => out.push(format!("{} response.{} is sent by {} only", f.function, d.field, self.a)),
+                    FieldChange::Changed => {
+                        out.push(format!("{} response.{} differs", f.function, d.field))
+                    }
+                    FieldChange::OnlyA => out.push(format!(
+                        "{} response.{} is sent by {} only",
+                        f.function, d.field, self.a
+                    )),
                     _ => {}
                 }
             }
@@ -619,10 +636,20 @@ impl CompatReport {
             }
         }
         if !self.only_a.is_empty() {
-            let _ = writeln!(s, "\nfunctions only in {}: {}", self.a, self.only_a.join(", "));
+            let _ = writeln!(
+                s,
+                "\nfunctions only in {}: {}",
+                self.a,
+                self.only_a.join(", ")
+            );
         }
         if !self.only_b.is_empty() {
-            let _ = writeln!(s, "\nfunctions only in {}: {}", self.b, self.only_b.join(", "));
+            let _ = writeln!(
+                s,
+                "\nfunctions only in {}: {}",
+                self.b,
+                self.only_b.join(", ")
+            );
         }
         let (same, changed, oa, ob) = self.counts();
         let _ = writeln!(
@@ -635,7 +662,11 @@ impl CompatReport {
         );
         let breaking = self.breaking();
         if breaking.is_empty() {
-            let _ = writeln!(s, "a caller written against {} needs no changes for {}", self.a, self.b);
+            let _ = writeln!(
+                s,
+                "a caller written against {} needs no changes for {}",
+                self.a, self.b
+            );
         } else {
             let _ = writeln!(s, "what a caller of {} must mind on {}:", self.a, self.b);
             for b in breaking {

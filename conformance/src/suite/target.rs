@@ -148,11 +148,7 @@ impl Target {
             return Ok(());
         }
         let shown = value.map(text).unwrap_or_else(|| "absent".into());
-        Err(if negated {
-            format!("requires `{req}`; target has {name}={shown}")
-        } else {
-            format!("requires `{req}`; target has {name}={shown}")
-        })
+        Err(format!("requires `{req}`; target has {name}={shown}"))
     }
 
     /// The first unmet requirement of a list.
