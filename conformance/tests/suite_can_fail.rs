@@ -25,12 +25,13 @@ use iii_sdk::runtime::FunctionRef;
 use iii_sdk::{IIIClient, RegisterFunction};
 use serde_json::{json, Value};
 
-const FUNCTIONS: [&str; 5] = [
+const FUNCTIONS: [&str; 6] = [
     "run",
     "register_function",
     "teardown",
     "inject-guidance",
     "on-config-change",
+    "ui-content",
 ];
 
 fn worker() -> WorkerCommand {
