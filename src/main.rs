@@ -31,6 +31,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // The SDK records handler inputs and outputs on its trace spans by
+    // default. Ours carry runtime ids (a capability) and guest output, so
+    // spans keep their timing and lose their payloads. Set before any thread
+    // exists; the SDK reads it per invocation.
+    std::env::set_var("III_DISABLE_TRACE_PAYLOADS", "1");
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

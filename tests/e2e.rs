@@ -857,3 +857,36 @@ async fn console_assets_are_served_and_bound() {
     console.shutdown().await;
     h.finish(0).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_runtime_id_reaches_telemetry() {
+    let h = Harness::start("").await;
+    let out = h
+        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
+        .await
+        .unwrap();
+    let id = out["runtime_id"].as_str().unwrap().to_string();
+    h.run(json!({"runtime_id": id, "code": "print(2)"}))
+        .await
+        .unwrap();
+    h.call(TEARDOWN, json!({"runtime_id": id})).await.unwrap();
+    let engine = h.bench.engine().unwrap();
+    // The worker's spans for these calls reach the engine's /otel socket.
+    let exported = wait_for(Duration::from_secs(30), || async {
+        engine
+            .telemetry()
+            .iter()
+            .any(|f| f.contains("sandbox-code-runner::teardown"))
+    })
+    .await;
+    assert!(exported, "the worker exports spans for its calls");
+    let worker_frames: Vec<String> = engine
+        .telemetry()
+        .into_iter()
+        .filter(|f| f.contains("sandbox-code-runner"))
+        .collect();
+    for f in &worker_frames {
+        common::assert_no_runtime_ids(f);
+    }
+    h.finish(0).await;
+}

@@ -226,7 +226,16 @@ fn criterion_dir() -> PathBuf {
 
 /// Per-iteration statistics of one criterion benchmark, in milliseconds.
 pub fn stats_of(bench_id: &str) -> Option<Value> {
-    let dir = criterion_dir().join(bench_id).join("new");
+    // Criterion keeps `group/function` as given and turns a `/` inside the
+    // function name into `_`; parameterised ids keep theirs.
+    let (group, rest) = bench_id.split_once('/')?;
+    let dir = [
+        criterion_dir().join(group).join(rest),
+        criterion_dir().join(group).join(rest.replace('/', "_")),
+    ]
+    .into_iter()
+    .map(|d| d.join("new"))
+    .find(|d| d.join("estimates.json").exists())?;
     let est: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("estimates.json")).ok()?).ok()?;
     let sample: Value =

@@ -164,6 +164,11 @@ impl StandInEngine {
         ids
     }
 
+    /// Everything SDKs sent on `/otel` so far (lossy UTF-8), oldest first.
+    pub fn telemetry(&self) -> Vec<String> {
+        lock(&self.state).telemetry.iter().cloned().collect()
+    }
+
     /// Names of the live, named workers. For tests and leak checks.
     pub fn worker_names(&self) -> Vec<String> {
         let st = lock(&self.state);
@@ -247,7 +252,14 @@ struct State {
     triggers: BTreeMap<String, Binding>,
     /// When the engine started: the `connected_at_ms` of its in-process workers.
     started_at_ms: u128,
+    /// What SDKs sent on `/otel`, kept (bounded) so tests can check that no
+    /// secret reaches telemetry.
+    telemetry: std::collections::VecDeque<String>,
+    telemetry_bytes: usize,
 }
+
+/// Bound of the kept telemetry, oldest dropped first.
+const TELEMETRY_KEEP_BYTES: usize = 64 << 20;
 
 impl State {
     fn new() -> State {
@@ -270,6 +282,8 @@ impl State {
             trigger_types,
             triggers: BTreeMap::new(),
             started_at_ms: now_ms(),
+            telemetry: std::collections::VecDeque::new(),
+            telemetry_bytes: 0,
         }
     }
 
@@ -440,13 +454,37 @@ async fn serve_socket(stream: TcpStream, state: Shared) {
     })
     .await;
     let Ok(ws) = ws else { return };
-    if path.starts_with("/otel") || path.starts_with("/ws/channels") {
-        // Telemetry and data channels are accepted and drained: SDKs open
-        // `/otel` by default, and nothing here consumes what they send.
+    if path.starts_with("/otel") {
+        // SDKs open `/otel` by default. Nothing here analyses telemetry; it
+        // is kept, bounded, for tests that look for leaked secrets in it.
+        keep_telemetry(ws, state).await;
+        return;
+    }
+    if path.starts_with("/ws/channels") {
         drain(ws).await;
         return;
     }
     serve_worker(ws, state).await;
+}
+
+async fn keep_telemetry(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: Shared) {
+    let (_sink, mut source) = ws.split();
+    while let Some(Ok(frame)) = source.next().await {
+        let text = match frame {
+            WsMessage::Text(t) => t.to_string(),
+            WsMessage::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+            _ => continue,
+        };
+        let mut st = lock(&state);
+        st.telemetry_bytes += text.len();
+        st.telemetry.push_back(text);
+        while st.telemetry_bytes > TELEMETRY_KEEP_BYTES {
+            match st.telemetry.pop_front() {
+                Some(old) => st.telemetry_bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
 }
 
 async fn drain(ws: tokio_tungstenite::WebSocketStream<TcpStream>) {
