@@ -157,6 +157,10 @@ fn main() {
                 &format!("reuse/{id}"),
                 d("sandbox_calls") / d("ops").max(1.0),
             );
+            record_added(
+                &format!("reuse/{id}"),
+                (d("total_ns") - d("sandbox_ns")) / d("ops").max(1.0) / 1e3,
+            );
             ids.push(format!("reuse/{id}"));
             rt.block_on(must(
                 &client,
@@ -214,6 +218,10 @@ fn main() {
                 after["handler_call"][k].as_f64().unwrap_or(0.0)
                     - before["handler_call"][k].as_f64().unwrap_or(0.0)
             };
+            record_added(
+                &format!("handler_call/{id}"),
+                (d("total_ns") - d("sandbox_ns")) / d("ops").max(1.0) / 1e3,
+            );
             record_calls(
                 &format!("handler_call/{id}"),
                 d("sandbox_calls") / d("ops").max(1.0),

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -19,8 +19,8 @@ use crate::guest::{self, Frame, InvokeMode};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::pool::WarmPool;
 use crate::sandbox::{
-    charge, charged, current_charge, CreateParams, ExecOutput, ExecParams, OpTotals, SandboxApi,
-    SandboxError, INSTALL_HINT,
+    charge, charge_wait, charged, metered, CreateParams, ExecOutput, ExecParams, OpTotals,
+    SandboxApi, SandboxError, INSTALL_HINT,
 };
 use crate::wire::{RunResponse, TeardownResponse};
 
@@ -146,7 +146,14 @@ impl Stats {
     pub fn to_json(&self) -> Value {
         let one = |t: &OpTotals| {
             let (ops, calls, bytes) = t.snapshot();
-            serde_json::json!({"ops": ops, "sandbox_calls": calls, "bytes_planted": bytes})
+            serde_json::json!({
+                "ops": ops,
+                "sandbox_calls": calls,
+                "bytes_planted": bytes,
+                "worker_added_us_mean": (t.added_us_mean() * 10.0).round() / 10.0,
+                "total_ns": t.total_nanos.load(Ordering::Relaxed),
+                "sandbox_ns": t.sandbox_nanos.load(Ordering::Relaxed),
+            })
         };
         serde_json::json!({
             "run": one(&self.run),
@@ -257,7 +264,10 @@ impl Manager {
     /// A fresh VM, held in `transient` until a record takes it or it stops.
     async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
         charge(1, 0);
-        let id = self.sandbox.create(self.create_params(lang)).await?;
+        let t = Instant::now();
+        let created = self.sandbox.create(self.create_params(lang)).await;
+        charge_wait(t.elapsed());
+        let id = created?;
         lock(&self.state).transient.insert(id.clone());
         Ok(id)
     }
@@ -363,7 +373,10 @@ impl Manager {
     /// Stops a VM and forgets it. A VM the daemon already dropped is fine.
     async fn stop_vm(&self, sandbox_id: &str) {
         charge(1, 0);
-        match self.sandbox.stop(sandbox_id).await {
+        let t = Instant::now();
+        let stopped = self.sandbox.stop(sandbox_id).await;
+        charge_wait(t.elapsed());
+        match stopped {
             Ok(()) => {}
             Err(e) if vm_gone(&e) => {}
             Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed"),
@@ -375,8 +388,9 @@ impl Manager {
     async fn stop_oneshot(&self, sandbox_id: String) {
         match (self.config.oneshot_stop, self.me.upgrade()) {
             (OneshotStop::Background, Some(me)) => {
-                let to = current_charge();
-                tokio::spawn(charged(to, async move { me.stop_vm(&sandbox_id).await }));
+                // The stop is the run's cost in calls, not in the caller's wait.
+                charge(1, 0);
+                tokio::spawn(async move { me.stop_vm(&sandbox_id).await });
             }
             _ => self.stop_vm(&sandbox_id).await,
         }
@@ -384,7 +398,10 @@ impl Manager {
 
     async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
         charge(1, 0);
-        self.sandbox.exec(sandbox_id, p).await
+        let t = Instant::now();
+        let out = self.sandbox.exec(sandbox_id, p).await;
+        charge_wait(t.elapsed());
+        out
     }
 
     async fn write_file(
@@ -394,7 +411,10 @@ impl Manager {
         content: &str,
     ) -> Result<(), SandboxError> {
         charge(1, content.len() as u64);
-        self.sandbox.write_file(sandbox_id, path, content).await
+        let t = Instant::now();
+        let out = self.sandbox.write_file(sandbox_id, path, content).await;
+        charge_wait(t.elapsed());
+        out
     }
 
     /// Makes the guest SDK available, once per VM, for code that names `iii`.
@@ -808,8 +828,7 @@ impl Manager {
                 match me.upgrade() {
                     Some(m) => {
                         let totals = m.stats.handler_call.clone();
-                        totals.ops.fetch_add(1, Ordering::Relaxed);
-                        charged(Some(totals), m.invoke(&fn_id, payload)).await
+                        metered(&totals, m.invoke(&fn_id, payload)).await
                     }
                     None => Err(WorkerError::Engine("the worker is shutting down".into())),
                 }

@@ -128,6 +128,11 @@ pub struct OpTotals {
     pub ops: AtomicU64,
     pub calls: AtomicU64,
     pub bytes_planted: AtomicU64,
+    /// Wall time of the operations, as their callers waited.
+    pub total_nanos: AtomicU64,
+    /// Of that, the time spent waiting on `sandbox::*` calls: the rest is
+    /// what the worker adds on top of the daemon.
+    pub sandbox_nanos: AtomicU64,
 }
 
 impl OpTotals {
@@ -143,6 +148,40 @@ impl OpTotals {
 tokio::task_local! {
     /// The operation the current task works for; sandbox calls are charged to it.
     pub static CHARGE_TO: Arc<OpTotals>;
+}
+
+impl OpTotals {
+    /// Mean microseconds per operation the worker added on top of its
+    /// sandbox calls (decode, bookkeeping, encode; not the bus hop).
+    pub fn added_us_mean(&self) -> f64 {
+        let ops = self.ops.load(Ordering::Relaxed);
+        if ops == 0 {
+            return 0.0;
+        }
+        let total = self.total_nanos.load(Ordering::Relaxed) as f64;
+        let sandbox = self.sandbox_nanos.load(Ordering::Relaxed) as f64;
+        ((total - sandbox) / ops as f64 / 1e3).max(0.0)
+    }
+}
+
+/// Charges time spent waiting on the daemon to the current operation.
+pub fn charge_wait(d: std::time::Duration) {
+    let _ = CHARGE_TO.try_with(|t| {
+        t.sandbox_nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    });
+}
+
+/// Runs one operation charged to `totals`, counting it and its wall time.
+pub async fn metered<F: std::future::Future>(totals: &Arc<OpTotals>, fut: F) -> F::Output {
+    totals.ops.fetch_add(1, Ordering::Relaxed);
+    let start = std::time::Instant::now();
+    let out = CHARGE_TO.scope(totals.clone(), fut).await;
+    totals.total_nanos.fetch_add(
+        start.elapsed().as_nanos().min(u64::MAX as u128) as u64,
+        Ordering::Relaxed,
+    );
+    out
 }
 
 /// Charges a call (and planted bytes) to the current operation, if any.

@@ -801,6 +801,11 @@ async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
         stats["run"]["sandbox_calls"], 4,
         "a pooled one-shot costs exec + stop"
     );
+    let added = stats["run"]["worker_added_us_mean"].as_f64().unwrap();
+    assert!(
+        (0.0..20_000.0).contains(&added),
+        "worker-added latency is accounted: {added} µs"
+    );
     h.finish(2).await;
 }
 

@@ -830,6 +830,16 @@ fn stats(w: &World) -> Value {
     w.manager.stats().to_json()
 }
 
+/// (ops, sandbox calls, bytes planted) of one kind of operation.
+fn counts(w: &World, op: &str) -> (u64, u64, u64) {
+    let s = &stats(w)[op];
+    (
+        s["ops"].as_u64().unwrap(),
+        s["sandbox_calls"].as_u64().unwrap(),
+        s["bytes_planted"].as_u64().unwrap(),
+    )
+}
+
 /// Runs a one-shot through the metered bus handler, as the bus does.
 async fn metered_run(w: &World, payload: Value) -> Value {
     functions::publish_all(w.bus.as_ref(), &w.manager);
@@ -841,10 +851,7 @@ async fn calls_per_operation_are_pinned() {
     // Without a pool: create + exec + stop, nothing more.
     let w = world();
     metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
-    assert_eq!(
-        stats(&w)["run"],
-        json!({"ops": 1, "sandbox_calls": 3, "bytes_planted": 0})
-    );
+    assert_eq!(counts(&w, "run"), (1, 3, 0));
     // Reuse: one exec.
     let kept = metered_run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
     metered_run(&w, json!({"runtime_id": kept["runtime_id"], "code": "x"})).await;
@@ -857,10 +864,7 @@ async fn calls_per_operation_are_pinned() {
     .await
     .unwrap();
     w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
-    assert_eq!(
-        stats(&w)["handler_call"],
-        json!({"ops": 1, "sandbox_calls": 1, "bytes_planted": 0})
-    );
+    assert_eq!(counts(&w, "handler_call"), (1, 1, 0));
     // Node code that names iii: the bundle is planted, and counted.
     metered_run(&w, json!({"lang": "node", "code": "iii"})).await;
     let planted = stats(&w)["run"]["bytes_planted"].as_u64().unwrap();

@@ -169,6 +169,14 @@ pub async fn calls_per_op(client: &IIIClient, op: &str) -> f64 {
     }
 }
 
+/// Worker-added latency recorded while benching, for the summary.
+pub static ADDED_US: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
+
+pub fn record_added(bench_id: &str, us: f64) {
+    ADDED_US.lock().unwrap().insert(bench_id.to_string(), us);
+    eprintln!("{bench_id}: worker adds {us:.1} µs/op on top of its sandbox calls");
+}
+
 /// A sandbox created directly (no worker), for the baselines.
 pub async fn direct_create(client: &IIIClient, image: &str) -> String {
     let v = must(
@@ -283,6 +291,9 @@ pub fn write_summary(
         let mut entry = stats_of(id).unwrap_or_else(|| json!({}));
         if let Some(c) = calls.get(id) {
             entry["calls_per_op"] = json!(c);
+        }
+        if let Some(a) = ADDED_US.lock().unwrap().get(id) {
+            entry["worker_added_us_mean"] = json!(a);
         }
         benches.insert(id.clone(), entry);
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::bus::{Bus, FunctionSpec, Handler};
 use crate::error::WorkerError;
 use crate::runtime::Manager;
-use crate::sandbox::{charged, OpTotals};
+use crate::sandbox::metered;
 
 pub const RUN: &str = "sandbox-code-runner::run";
 pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
@@ -25,14 +25,6 @@ pub const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
 /// Internal: what each kind of operation cost on the daemon, for benches
 /// and operators.
 pub const STATS: &str = "sandbox-code-runner::stats";
-
-/// Counts one operation and charges its sandbox calls to `totals`.
-async fn metered<F: std::future::Future>(totals: &Arc<OpTotals>, fut: F) -> F::Output {
-    totals
-        .ops
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    charged(Some(totals.clone()), fut).await
-}
 
 fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
     serde_json::to_value(v)
