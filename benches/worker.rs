@@ -96,8 +96,10 @@ fn main() {
                             let mut total = Duration::ZERO;
                             for _ in 0..iters {
                                 if pooled {
-                                    // An agent's think time: the pool refills.
+                                    // An agent's think time: the pool refills
+                                    // and the last run's VM finished stopping.
                                     pool_ready(client, lang.as_str(), 1).await;
+                                    settled(client, 2).await;
                                 }
                                 let t = Instant::now();
                                 must(
@@ -162,11 +164,6 @@ fn main() {
                 (d("total_ns") - d("sandbox_ns")) / d("ops").max(1.0) / 1e3,
             );
             ids.push(format!("reuse/{id}"));
-            rt.block_on(must(
-                &client,
-                "sandbox-code-runner::teardown",
-                json!({"runtime_id": rid}),
-            ));
 
             let sid = rt.block_on(async {
                 let sid = direct_create(&client, lang.image()).await;
@@ -180,6 +177,26 @@ fn main() {
                 })
             });
             ids.push(format!("reuse/{id}"));
+            rt.block_on(paired(
+                &format!("reuse/{lang}"),
+                100,
+                || async {
+                    must(
+                        &client,
+                        "sandbox-code-runner::run",
+                        json!({"runtime_id": rid, "code": code_of(lang)}),
+                    )
+                    .await;
+                },
+                || async {
+                    direct_exec(&client, &sid, &guest::run_exec(lang, code_of(lang), 10_000)).await;
+                },
+            ));
+            rt.block_on(must(
+                &client,
+                "sandbox-code-runner::teardown",
+                json!({"runtime_id": rid}),
+            ));
             rt.block_on(direct_stop(&client, &sid));
         }
         g.finish();
@@ -252,6 +269,26 @@ fn main() {
                 })
             });
             ids.push(format!("handler_call/{id}"));
+            rt.block_on(paired(
+                &format!("handler_call/{lang}"),
+                100,
+                || async {
+                    must(&client, &fid, json!({"n": 21})).await;
+                },
+                || async {
+                    let secret = guest::new_secret();
+                    let p = guest::invoke_exec(
+                        lang,
+                        &fid,
+                        &path,
+                        guest::InvokeMode::Call,
+                        &json!({"n": 21}),
+                        &secret,
+                        10_000,
+                    );
+                    direct_exec(&client, &sid, &p).await;
+                },
+            ));
             rt.block_on(direct_stop(&client, &sid));
         }
         g.finish();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use code_runner_conformance::bench::{Bench, BenchOptions};
 use code_runner_conformance::sandbox_double::SandboxLimits;
@@ -157,6 +157,17 @@ pub async fn pool_ready(client: &IIIClient, lang: &str, n: u64) {
     assert!(ok, "the pool warms {n} {lang} VMs");
 }
 
+/// Waits (untimed) until the daemon holds at most `n` sandboxes.
+pub async fn settled(client: &IIIClient, n: usize) {
+    let ok = wait_until(Duration::from_secs(60), || async {
+        call(client, "sandbox::list", json!({}))
+            .await
+            .is_ok_and(|l| l["sandboxes"].as_array().is_some_and(|a| a.len() <= n))
+    })
+    .await;
+    assert!(ok, "the daemon settles to {n} sandboxes");
+}
+
 /// `sandbox::*` calls per operation of `op`, from the worker's own stats.
 pub async fn calls_per_op(client: &IIIClient, op: &str) -> f64 {
     let s = must(client, "sandbox-code-runner::stats", json!({})).await;
@@ -175,6 +186,56 @@ pub static ADDED_US: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
 pub fn record_added(bench_id: &str, us: f64) {
     ADDED_US.lock().unwrap().insert(bench_id.to_string(), us);
     eprintln!("{bench_id}: worker adds {us:.1} µs/op on top of its sandbox calls");
+}
+
+/// Paired overhead measurements: (worker p50, direct p50, p50 of the paired
+/// differences), in ms.
+pub static PAIRED: Mutex<BTreeMap<String, (f64, f64, f64)>> = Mutex::new(BTreeMap::new());
+
+fn p50(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Alternates `worker` and `direct` calls `n` times, so that drift and
+/// background noise hit both sides alike, and records the p50 of the paired
+/// differences: the worker's overhead over the same work done directly.
+pub async fn paired<A, FA, B, FB>(id: &str, n: usize, mut worker: A, mut direct: B)
+where
+    A: FnMut() -> FA,
+    FA: std::future::Future<Output = ()>,
+    B: FnMut() -> FB,
+    FB: std::future::Future<Output = ()>,
+{
+    let (mut ws, mut ds, mut diffs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        // Alternate which side goes first, so order effects cancel too.
+        let (w, d) = if i % 2 == 0 {
+            let t = Instant::now();
+            worker().await;
+            let w = t.elapsed();
+            let t = Instant::now();
+            direct().await;
+            (w, t.elapsed())
+        } else {
+            let t = Instant::now();
+            direct().await;
+            let d = t.elapsed();
+            let t = Instant::now();
+            worker().await;
+            (t.elapsed(), d)
+        };
+        let (w, d) = (w.as_secs_f64() * 1e3, d.as_secs_f64() * 1e3);
+        ws.push(w);
+        ds.push(d);
+        diffs.push(w - d);
+    }
+    let r = (p50(ws), p50(ds), p50(diffs));
+    eprintln!(
+        "{id}: paired over {n}: worker p50 {:.3} ms, direct p50 {:.3} ms, overhead p50 {:.3} ms",
+        r.0, r.1, r.2
+    );
+    PAIRED.lock().unwrap().insert(id.to_string(), r);
 }
 
 /// A sandbox created directly (no worker), for the baselines.
@@ -308,7 +369,23 @@ pub fn write_summary(
             ratio_out.push(json!({"name": label, "numerator": num, "denominator": den, "ratio": r, "limit": limit}));
         }
     }
+    let paired: serde_json::Map<String, Value> = PAIRED
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, (w, d, o))| {
+            eprintln!(
+                "{k}: worker overhead (paired p50) {o:.3} ms (limit 1 ms) {}",
+                if *o <= 1.0 { "ok" } else { "OVER" }
+            );
+            (
+                k.clone(),
+                json!({"worker_p50_ms": w, "direct_p50_ms": d, "overhead_p50_ms": o}),
+            )
+        })
+        .collect();
     let summary = json!({
+        "paired_overhead": paired,
         "suite": name,
         "target": target,
         "git_revision": git_revision(),
