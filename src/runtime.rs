@@ -6,6 +6,7 @@
 //! stay in `functions`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -261,13 +262,21 @@ impl Manager {
         }
     }
 
+    /// Every `sandbox::*` call goes through here: it is charged to the
+    /// current operation, and the time it takes counts as the daemon's.
+    async fn on_daemon<T>(&self, bytes_planted: u64, call: impl Future<Output = T>) -> T {
+        charge(1, bytes_planted);
+        let start = Instant::now();
+        let out = call.await;
+        charge_wait(start.elapsed());
+        out
+    }
+
     /// A fresh VM, held in `transient` until a record takes it or it stops.
     async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
-        charge(1, 0);
-        let t = Instant::now();
-        let created = self.sandbox.create(self.create_params(lang)).await;
-        charge_wait(t.elapsed());
-        let id = created?;
+        let id = self
+            .on_daemon(0, self.sandbox.create(self.create_params(lang)))
+            .await?;
         lock(&self.state).transient.insert(id.clone());
         Ok(id)
     }
@@ -298,7 +307,7 @@ impl Manager {
         let Some(me) = self.me.upgrade() else { return };
         for _ in 0..missing {
             let me = me.clone();
-            let totals = Some(self.stats.pool.clone());
+            let totals = self.stats.pool.clone();
             tokio::spawn(charged(totals, async move {
                 let warmed = me.warm_one(lang).await;
                 if let Some(back) = me.pool.arrive(lang, warmed) {
@@ -310,8 +319,10 @@ impl Manager {
 
     /// Boots one pooled VM: create, then one cheap exec that pays the boot.
     async fn warm_one(&self, lang: Lang) -> Option<String> {
-        charge(1, 0);
-        let id = match self.sandbox.create(self.create_params(lang)).await {
+        let created = self
+            .on_daemon(0, self.sandbox.create(self.create_params(lang)))
+            .await;
+        let id = match created {
             Ok(id) => id,
             Err(e) => {
                 tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: create failed");
@@ -372,11 +383,7 @@ impl Manager {
 
     /// Stops a VM and forgets it. A VM the daemon already dropped is fine.
     async fn stop_vm(&self, sandbox_id: &str) {
-        charge(1, 0);
-        let t = Instant::now();
-        let stopped = self.sandbox.stop(sandbox_id).await;
-        charge_wait(t.elapsed());
-        match stopped {
+        match self.on_daemon(0, self.sandbox.stop(sandbox_id)).await {
             Ok(()) => {}
             Err(e) if vm_gone(&e) => {}
             Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed"),
@@ -397,11 +404,7 @@ impl Manager {
     }
 
     async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        charge(1, 0);
-        let t = Instant::now();
-        let out = self.sandbox.exec(sandbox_id, p).await;
-        charge_wait(t.elapsed());
-        out
+        self.on_daemon(0, self.sandbox.exec(sandbox_id, p)).await
     }
 
     async fn write_file(
@@ -410,11 +413,11 @@ impl Manager {
         path: &str,
         content: &str,
     ) -> Result<(), SandboxError> {
-        charge(1, content.len() as u64);
-        let t = Instant::now();
-        let out = self.sandbox.write_file(sandbox_id, path, content).await;
-        charge_wait(t.elapsed());
-        out
+        self.on_daemon(
+            content.len() as u64,
+            self.sandbox.write_file(sandbox_id, path, content),
+        )
+        .await
     }
 
     /// Makes the guest SDK available, once per VM, for code that names `iii`.
@@ -969,8 +972,7 @@ impl Manager {
 
     /// Stops what a crashed predecessor of this owner left running.
     pub async fn sweep_orphans(&self) -> Result<usize, SandboxError> {
-        charge(1, 0);
-        let listed = self.sandbox.list().await?;
+        let listed = self.on_daemon(0, self.sandbox.list()).await?;
         let mut stopped = 0;
         for s in listed {
             if s.name.as_deref().is_some_and(|n| self.naming.is_orphan(n)) {

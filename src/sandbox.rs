@@ -192,17 +192,9 @@ pub fn charge(calls: u64, bytes: u64) {
     });
 }
 
-/// The operation the current task is charged to, to carry into spawned work.
-pub fn current_charge() -> Option<Arc<OpTotals>> {
-    CHARGE_TO.try_with(Arc::clone).ok()
-}
-
-/// Runs `fut` charged to `to` (or uncharged).
-pub async fn charged<F: std::future::Future>(to: Option<Arc<OpTotals>>, fut: F) -> F::Output {
-    match to {
-        Some(t) => CHARGE_TO.scope(t, fut).await,
-        None => fut.await,
-    }
+/// Runs background work (which no caller waits for) charged to `to`.
+pub async fn charged<F: std::future::Future>(to: Arc<OpTotals>, fut: F) -> F::Output {
+    CHARGE_TO.scope(to, fut).await
 }
 
 impl Costs {
