@@ -30,21 +30,13 @@ fn roundtrip(c: &mut Criterion) {
         let caller = code_runner_conformance::client::connect(&engine.url(), "bench-caller")
             .await
             .expect("caller");
-        // Wait until the function is routable.
-        for _ in 0..500 {
-            let r = caller
-                .trigger(TriggerRequest {
-                    function_id: "bench::echo".into(),
-                    payload: json!({}),
-                    action: None,
-                    timeout_ms: Some(1_000),
-                })
-                .await;
-            if r.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let routable = code_runner_conformance::client::wait_routable(
+            &caller,
+            "bench::echo",
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(routable, "bench::echo is routable");
         (engine, caller, worker)
     });
     let mut group = c.benchmark_group("engine");

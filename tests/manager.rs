@@ -145,6 +145,8 @@ impl SandboxApi for FakeSandbox {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::task::yield_now().await;
+        // The sleep is the behaviour under test: an exec takes time, so
+        // overlapping execs would be seen by `max_in_flight`.
         tokio::time::sleep(Duration::from_millis(5)).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let f = self.exec.lock().unwrap().clone();
@@ -809,14 +811,13 @@ async fn timeouts_are_clamped_on_the_way_to_the_daemon() {
 
 // ---- the fast path: warm pool, background stop, cost accounting ----
 
+/// Waits on a condition of the in-memory world, with a deadline.
 async fn eventually(mut probe: impl FnMut() -> bool) -> bool {
-    for _ in 0..400 {
-        if probe() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    false
+    code_runner_conformance::wait::until(Duration::from_secs(2), || {
+        let met = probe();
+        async move { met }
+    })
+    .await
 }
 
 fn pooled(size: usize) -> World {
@@ -976,16 +977,12 @@ async fn a_pool_that_could_not_fill_recovers_without_traffic() {
         0
     );
     *w.sandbox.capacity.lock().unwrap() = None;
-    let mut recovered = false;
-    for _ in 0..200 {
-        if w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
+    // The maintenance tick is 2 s: allow a few of them.
+    let recovered = code_runner_conformance::wait::until(Duration::from_secs(5), || async {
+        w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
             && w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1
-        {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    })
+    .await;
     assert!(recovered, "the maintenance loop refills the pool");
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);

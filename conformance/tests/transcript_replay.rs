@@ -842,22 +842,16 @@ impl<'a> Replay<'a> {
     /// state before it is sent. Only the naming grace may make that take long.
     async fn await_routable(&mut self, no: usize, namespace: &str, function_id: &str) {
         let start = Instant::now();
-        let deadline = start + GRACE_DEADLINE;
         let engine = self.engine;
-        let visible = || {
+        let visible = code_runner_conformance::wait::until(GRACE_DEADLINE, || async {
             engine
                 .function_ids(namespace)
                 .iter()
                 .any(|f| f == function_id)
-        };
-        while !visible() {
-            if Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
         let waited = start.elapsed();
-        if !visible() {
+        if !visible {
             self.fail(
                 no,
                 format!(

@@ -56,8 +56,15 @@ test('node run: iii.trigger reaches the engine; no SDK chatter on stdout', { ski
 test('node run: concurrent guests each register, and trigger through the engine', { skip: skipNode }, async () => {
   const code = (i) => [
     `iii.registerFunction("guesttest::echo${i}", async (p) => ({ echoed: p.x }));`,
-    'await new Promise((r) => setTimeout(r, 100)); // the engine holds registrations until the worker names itself',
-    `console.log(JSON.stringify(await iii.trigger({ function_id: "guesttest::echo${i}", payload: { x: ${i} } })));`,
+    // The engine holds registrations until the worker names itself: retry
+    // while the function is not routable yet, with a deadline.
+    'const until = Date.now() + 10000;',
+    'let out;',
+    'for (;;) {',
+    `  try { out = await iii.trigger({ function_id: "guesttest::echo${i}", payload: { x: ${i} } }); break; }`,
+    '  catch (e) { if (e.code !== "function_not_found" || Date.now() > until) throw e; }',
+    '}',
+    'console.log(JSON.stringify(out));',
   ].join('\n');
   const rs = await Promise.all([1, 2, 3].map((i) => runAsync('node', WRAPPERS.nodeRun, code(i), { env: nodeEnv() })));
   rs.forEach((r, k) => {

@@ -105,8 +105,8 @@ test('run: introspection never connects; first real use does, with a unique name
     assert.ok(fs.existsSync(path.join(sdk, 'package.json')), 'the wrapper supplies the SDK its package.json');
 
     const used = await runAsync('node', WRAPPERS.nodeRun, [
+      // Not awaited: the wrapper waits for a pending trigger before shutdown.
       'iii.trigger({ function_id: "x", payload: {}, timeoutMs: 300 }).catch(() => {});',
-      'await new Promise((r) => setTimeout(r, 300));',
       'console.log("done");',
     ].join('\n'), { env });
     assert.equal(used.code, 0, used.stderr);
