@@ -14,10 +14,24 @@ use serde_json::Value;
 use crate::ids::Lang;
 use crate::sandbox::ExecParams;
 
-pub const NODE_RUN: &str = include_str!("../guest/node/run.mjs");
-pub const NODE_INVOKE: &str = include_str!("../guest/node/invoke.mjs");
-pub const PYTHON_RUN: &str = include_str!("../guest/python/run.py");
-pub const PYTHON_INVOKE: &str = include_str!("../guest/python/invoke.py");
+// Each wrapper is its language's shared prelude followed by the wrapper
+// itself, sent as one inline script.
+pub const NODE_RUN: &str = concat!(
+    include_str!("../guest/node/shared.mjs"),
+    include_str!("../guest/node/run.mjs")
+);
+pub const NODE_INVOKE: &str = concat!(
+    include_str!("../guest/node/shared.mjs"),
+    include_str!("../guest/node/invoke.mjs")
+);
+pub const PYTHON_RUN: &str = concat!(
+    include_str!("../guest/python/shared.py"),
+    include_str!("../guest/python/run.py")
+);
+pub const PYTHON_INVOKE: &str = concat!(
+    include_str!("../guest/python/shared.py"),
+    include_str!("../guest/python/invoke.py")
+);
 /// The one-time Python SDK install (staged, then renamed into place).
 pub const PYTHON_INSTALL_SDK: &str = include_str!("../guest/python/install_sdk.py");
 /// npm `iii-sdk`, bundled into one ES module by build.rs.

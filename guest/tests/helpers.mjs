@@ -8,12 +8,14 @@ import path from 'node:path';
 
 export const GUEST = path.resolve(import.meta.dirname, '..');
 export const REPO = path.resolve(GUEST, '..');
+const read = (rel) => fs.readFileSync(path.join(GUEST, rel), 'utf8');
+// Composed as the worker composes them (src/guest.rs): prelude + wrapper.
 export const WRAPPERS = {
-  nodeRun: fs.readFileSync(path.join(GUEST, 'node/run.mjs'), 'utf8'),
-  nodeInvoke: fs.readFileSync(path.join(GUEST, 'node/invoke.mjs'), 'utf8'),
-  pyRun: fs.readFileSync(path.join(GUEST, 'python/run.py'), 'utf8'),
-  pyInvoke: fs.readFileSync(path.join(GUEST, 'python/invoke.py'), 'utf8'),
-  pyInstall: fs.readFileSync(path.join(GUEST, 'python/install_sdk.py'), 'utf8'),
+  nodeRun: read('node/shared.mjs') + read('node/run.mjs'),
+  nodeInvoke: read('node/shared.mjs') + read('node/invoke.mjs'),
+  pyRun: read('python/shared.py') + read('python/run.py'),
+  pyInvoke: read('python/shared.py') + read('python/invoke.py'),
+  pyInstall: read('python/install_sdk.py'),
 };
 export const PYTHON = process.env.SCR_TEST_PYTHON || 'python3';
 

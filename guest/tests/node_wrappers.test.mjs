@@ -11,21 +11,15 @@ import {
 const run = (code, opts) => runSync('node', WRAPPERS.nodeRun, code, opts);
 const invoke = (source, opts) => invokeSync('node', source, opts);
 
-function sharedBlock(text, begin, end) {
-  const a = text.indexOf(begin);
-  const b = text.indexOf(end);
-  assert.ok(a >= 0 && b > a, 'shared markers present');
-  return text.slice(a, b);
-}
-
-test('the shared block is identical in run.mjs and invoke.mjs', () => {
-  const m = ['// ---- BEGIN shared', '// ---- END shared'];
-  assert.equal(sharedBlock(WRAPPERS.nodeRun, ...m), sharedBlock(WRAPPERS.nodeInvoke, ...m));
-});
-
-test('the shared block is identical in run.py and invoke.py', () => {
-  const m = ['# ---- BEGIN shared', '# ---- END shared'];
-  assert.equal(sharedBlock(WRAPPERS.pyRun, ...m), sharedBlock(WRAPPERS.pyInvoke, ...m));
+test('the prelude is defined once: no wrapper carries its own copy', () => {
+  for (const [file, fn] of [
+    ['node/run.mjs', 'function installIii('], ['node/invoke.mjs', 'function installIii('],
+    ['python/run.py', 'def _install_iii('], ['python/invoke.py', 'def _install_iii('],
+  ]) {
+    assert.ok(!fs.readFileSync(path.join(GUEST, file), 'utf8').includes(fn), `${file} defines ${fn}`);
+  }
+  assert.ok(WRAPPERS.nodeRun.includes('function installIii(') && WRAPPERS.nodeInvoke.includes('function installIii('));
+  assert.ok(WRAPPERS.pyRun.includes('def _install_iii(') && WRAPPERS.pyInvoke.includes('def _install_iii('));
 });
 
 test('run: stdout/stderr pass through, top-level await works, exit 0', () => {

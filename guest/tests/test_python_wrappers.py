@@ -28,7 +28,9 @@ def _read(rel):
         return f.read()
 
 
-RUN, INVOKE = _read("python/run.py"), _read("python/invoke.py")
+# Composed as the worker composes them (src/guest.rs): prelude + wrapper.
+RUN = _read("python/shared.py") + _read("python/run.py")
+INVOKE = _read("python/shared.py") + _read("python/invoke.py")
 
 
 def guest(script, stdin, cwd=None, env=None, timeout=60):
