@@ -5,6 +5,7 @@ pub mod register;
 pub mod run;
 pub mod teardown;
 
+use std::future::Future;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -13,7 +14,7 @@ use serde_json::Value;
 use crate::bus::{Bus, FunctionSpec, Handler};
 use crate::error::WorkerError;
 use crate::runtime::Manager;
-use crate::sandbox::metered;
+use crate::sandbox::{metered, OpTotals};
 
 pub const RUN: &str = "sandbox-code-runner::run";
 pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
@@ -31,32 +32,45 @@ fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
         .map_err(|e| WorkerError::Engine(format!("cannot encode the response: {e}")))
 }
 
-/// Publishes the three functions, with their schemas.
+/// A bus handler that meters `f` as one operation of `totals` and encodes
+/// its answer: what the three public functions share.
+fn metered_handler<T, F, Fut>(manager: &Arc<Manager>, totals: Arc<OpTotals>, f: F) -> Handler
+where
+    T: Serialize,
+    F: Fn(Arc<Manager>, Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, WorkerError>> + Send + 'static,
+{
+    let m = manager.clone();
+    let f = Arc::new(f);
+    Arc::new(move |p| {
+        let (m, f, totals) = (m.clone(), f.clone(), totals.clone());
+        Box::pin(async move { encode(metered(&totals, f(m, p)).await?) })
+    })
+}
+
+/// Publishes the three functions, with their schemas, and the internal stats.
 pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
-    let m = manager.clone();
-    let run: Handler = Arc::new(move |p| {
-        let m = m.clone();
-        Box::pin(async move { encode(metered(&m.stats().run, run::handle(&m, p)).await?) })
-    });
-    bus.publish(run::spec(), run);
-
-    let m = manager.clone();
-    let register: Handler = Arc::new(move |p| {
-        let m = m.clone();
-        Box::pin(async move {
-            encode(metered(&m.stats().register_function, register::handle(&m, p)).await?)
-        })
-    });
-    bus.publish(register::spec(), register);
-
-    let m = manager.clone();
-    let teardown: Handler = Arc::new(move |p| {
-        let m = m.clone();
-        Box::pin(
-            async move { encode(metered(&m.stats().teardown, teardown::handle(&m, p)).await?) },
-        )
-    });
-    bus.publish(teardown::spec(), teardown);
+    let stats = manager.stats();
+    bus.publish(
+        run::spec(),
+        metered_handler(manager, stats.run.clone(), |m, p| async move {
+            run::handle(&m, p).await
+        }),
+    );
+    bus.publish(
+        register::spec(),
+        metered_handler(
+            manager,
+            stats.register_function.clone(),
+            |m, p| async move { register::handle(&m, p).await },
+        ),
+    );
+    bus.publish(
+        teardown::spec(),
+        metered_handler(manager, stats.teardown.clone(), |m, p| async move {
+            teardown::handle(&m, p).await
+        }),
+    );
 
     let m = manager.clone();
     let stats: Handler = Arc::new(move |_p| {
