@@ -61,6 +61,25 @@ pub struct Runtime {
     functions: Mutex<HashMap<String, String>>,
 }
 
+impl Runtime {
+    fn new(
+        id: RuntimeId,
+        sandbox_id: String,
+        lang: Lang,
+        namespace: Option<Namespace>,
+        sdk: SdkState,
+    ) -> Arc<Runtime> {
+        Arc::new(Runtime {
+            id,
+            sandbox_id,
+            lang,
+            namespace,
+            slot: tokio::sync::Mutex::new(Slot { sdk }),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
@@ -513,20 +532,12 @@ impl Manager {
         };
         if keep && out.exit_code == Some(0) {
             let id = RuntimeId::generate();
-            let rt = Arc::new(Runtime {
-                id: id.clone(),
-                sandbox_id: sandbox_id.clone(),
-                lang,
-                namespace: None,
-                slot: tokio::sync::Mutex::new(Slot {
-                    sdk: if uses_iii {
-                        SdkState::Prepared
-                    } else {
-                        SdkState::Absent
-                    },
-                }),
-                functions: Mutex::new(HashMap::new()),
-            });
+            let sdk = if uses_iii {
+                SdkState::Prepared
+            } else {
+                SdkState::Absent
+            };
+            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk);
             {
                 let mut st = lock(&self.state);
                 st.transient.remove(&sandbox_id);
@@ -728,16 +739,13 @@ impl Manager {
             .await
             .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
         let id = RuntimeId::generate();
-        let rt = Arc::new(Runtime {
-            id: id.clone(),
-            sandbox_id: sandbox_id.clone(),
+        let rt = Runtime::new(
+            id.clone(),
+            sandbox_id.clone(),
             lang,
-            namespace: Some(ns.clone()),
-            slot: tokio::sync::Mutex::new(Slot {
-                sdk: SdkState::Absent,
-            }),
-            functions: Mutex::new(HashMap::new()),
-        });
+            Some(ns.clone()),
+            SdkState::Absent,
+        );
         let mut st = lock(&self.state);
         st.transient.remove(&sandbox_id);
         st.runtimes.insert(id.clone(), rt.clone());

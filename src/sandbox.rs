@@ -113,13 +113,6 @@ pub struct ListedSandbox {
     pub name: Option<String>,
 }
 
-/// What the worker spends on the daemon, for cost accounting.
-#[derive(Debug, Default)]
-pub struct Costs {
-    pub calls: AtomicU64,
-    pub bytes_planted: AtomicU64,
-}
-
 /// Totals of one kind of operation (a bus function, the warm pool): how
 /// many ran, and the `sandbox::*` calls and planted bytes they cost,
 /// background work they started included.
@@ -197,15 +190,6 @@ pub async fn charged<F: std::future::Future>(to: Arc<OpTotals>, fut: F) -> F::Ou
     CHARGE_TO.scope(to, fut).await
 }
 
-impl Costs {
-    pub fn snapshot(&self) -> (u64, u64) {
-        (
-            self.calls.load(Ordering::Relaxed),
-            self.bytes_planted.load(Ordering::Relaxed),
-        )
-    }
-}
-
 /// The `sandbox::*` operations the worker uses.
 #[async_trait::async_trait]
 pub trait SandboxApi: Send + Sync + 'static {
@@ -219,21 +203,16 @@ pub trait SandboxApi: Send + Sync + 'static {
         path: &str,
         content: &str,
     ) -> Result<(), SandboxError>;
-    fn costs(&self) -> &Costs;
 }
 
 /// `sandbox::*` over the bus.
 pub struct BusSandbox {
     bus: Arc<dyn Bus>,
-    costs: Costs,
 }
 
 impl BusSandbox {
     pub fn new(bus: Arc<dyn Bus>) -> BusSandbox {
-        BusSandbox {
-            bus,
-            costs: Costs::default(),
-        }
+        BusSandbox { bus }
     }
 
     async fn call(
@@ -242,7 +221,6 @@ impl BusSandbox {
         payload: Value,
         timeout: Duration,
     ) -> Result<Value, SandboxError> {
-        self.costs.calls.fetch_add(1, Ordering::Relaxed);
         self.bus
             .call(id, payload, timeout)
             .await
@@ -346,9 +324,6 @@ impl SandboxApi for BusSandbox {
         path: &str,
         content: &str,
     ) -> Result<(), SandboxError> {
-        self.costs
-            .bytes_planted
-            .fetch_add(content.len() as u64, Ordering::Relaxed);
         self.call(
             "sandbox::fs::write",
             json!({
@@ -361,10 +336,6 @@ impl SandboxApi for BusSandbox {
         )
         .await
         .map(|_| ())
-    }
-
-    fn costs(&self) -> &Costs {
-        &self.costs
     }
 }
 

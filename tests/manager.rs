@@ -16,7 +16,7 @@ use sandbox_code_runner::error::{ErrorCode, WorkerError};
 use sandbox_code_runner::functions;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
 use sandbox_code_runner::sandbox::{
-    Costs, CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
+    CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
 };
 use serde_json::{json, Value};
 
@@ -32,7 +32,6 @@ struct FakeSandbox {
     exec: Mutex<Arc<ExecFn>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
-    costs: Costs,
 }
 
 fn ok_out(stdout: &str, code: i32) -> ExecOutput {
@@ -78,7 +77,6 @@ impl FakeSandbox {
             })),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
-            costs: Costs::default(),
         })
     }
 
@@ -177,10 +175,6 @@ impl SandboxApi for FakeSandbox {
     async fn write_file(&self, id: &str, path: &str, _content: &str) -> Result<(), SandboxError> {
         self.log.lock().unwrap().push(format!("write {path}"));
         self.check_live(id)
-    }
-
-    fn costs(&self) -> &Costs {
-        &self.costs
     }
 }
 
