@@ -85,33 +85,9 @@ fn main() {
 /// `npm ci` + esbuild in a private work dir, then an atomic rename into the
 /// cache, so concurrent builds sharing a target dir never see half a bundle.
 fn build_bundle(cache_root: &Path, package_json: &[u8], lock: &[u8], cached: &Path) {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let work = cache_root.join(format!("work-{}-{nanos}", std::process::id()));
-    fs::create_dir_all(&work)
-        .unwrap_or_else(|e| panic!("build.rs: cannot create {}: {e}", work.display()));
+    let work = work_dir(cache_root);
     let _cleanup = RemoveOnDrop(work.clone()); // also on a panic below
-    fs::write(work.join("package.json"), package_json).unwrap();
-    fs::write(work.join("package-lock.json"), lock).unwrap();
-
-    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
-    // --ignore-scripts: nothing here needs an install script (esbuild finds its
-    // platform binary through its optional dependency).
-    run(
-        Command::new(npm)
-            .args([
-                "ci",
-                "--no-audit",
-                "--no-fund",
-                "--ignore-scripts",
-                "--loglevel=error",
-            ])
-            .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
-            .current_dir(&work),
-        "npm ci",
-    );
+    npm_ci(&work, package_json, lock, &[], &GUEST_SDK);
     let bundle = work.join("iii-sdk.mjs");
     run(
         Command::new(work.join("node_modules/.bin/esbuild"))
@@ -121,6 +97,7 @@ fn build_bundle(cache_root: &Path, package_json: &[u8], lock: &[u8], cached: &Pa
             .arg(format!("--outfile={}", bundle.display()))
             .current_dir(&work),
         "esbuild",
+        &GUEST_SDK,
     );
     let text = fs::read_to_string(&bundle).unwrap_or_default();
     assert!(
@@ -152,17 +129,58 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn run(cmd: &mut Command, what: &str) {
+/// What a build step serves, to name it when it fails.
+struct Step {
+    doing: &'static str,
+    prebuilt: &'static str,
+}
+
+const GUEST_SDK: Step = Step {
+    doing: "bundling the guest iii-sdk",
+    prebuilt: "SCR_III_SDK_BUNDLE=<path to a prebuilt iii-sdk.mjs>",
+};
+
+const UI: Step = Step {
+    doing: "building the console UI (ui/)",
+    prebuilt: "SCR_UI_DIST=<dir holding prebuilt cards.js and cards.css>",
+};
+
+fn run(cmd: &mut Command, what: &str, step: &Step) {
+    let Step { doing, prebuilt } = step;
     match cmd.status() {
         Ok(s) if s.success() => {}
-        Ok(s) => panic!("build.rs: {what} failed ({s}) while bundling the guest iii-sdk; see the output above"),
+        Ok(s) => panic!("build.rs: {what} failed ({s}) while {doing}; see the output above"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "build.rs: `{}` not found: bundling the guest iii-sdk needs Node.js and npm on PATH \
-             (e.g. `apt-get install nodejs npm`), or SCR_III_SDK_BUNDLE=<path to a prebuilt iii-sdk.mjs>",
+            "build.rs: `{}` not found: {doing} needs Node.js and npm on PATH \
+             (e.g. `apt-get install nodejs npm`), or {prebuilt}",
             cmd.get_program().to_string_lossy()
         ),
         Err(e) => panic!("build.rs: cannot run {what}: {e}"),
     }
+}
+
+/// `npm ci` of a pinned manifest in `work`. --ignore-scripts: nothing here
+/// needs an install script (esbuild finds its platform binary through its
+/// optional dependency).
+fn npm_ci(work: &Path, package_json: &[u8], lock: &[u8], extra: &[&str], step: &Step) {
+    fs::write(work.join("package.json"), package_json).unwrap();
+    fs::write(work.join("package-lock.json"), lock).unwrap();
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    run(
+        Command::new(npm)
+            .arg("ci")
+            .args(extra)
+            .args([
+                "--no-audit",
+                "--no-fund",
+                "--ignore-scripts",
+                "--loglevel=error",
+            ])
+            .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
+            .current_dir(work),
+        "npm ci",
+        step,
+    );
 }
 
 /// Cargo marks its target dir with CACHEDIR.TAG; sharing the cache there lets
@@ -280,23 +298,7 @@ fn tree_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 fn install_ui_deps(cache_root: &Path, package_json: &[u8], lock: &[u8], deps: &Path) {
     let work = work_dir(cache_root);
     let _cleanup = RemoveOnDrop(work.clone());
-    fs::write(work.join("package.json"), package_json).unwrap();
-    fs::write(work.join("package-lock.json"), lock).unwrap();
-    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
-    run_ui(
-        Command::new(npm)
-            .args([
-                "ci",
-                "--omit=dev",
-                "--no-audit",
-                "--no-fund",
-                "--ignore-scripts",
-                "--loglevel=error",
-            ])
-            .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
-            .current_dir(&work),
-        "npm ci",
-    );
+    npm_ci(&work, package_json, lock, &["--omit=dev"], &UI);
     // A concurrent build may have won the race: its install is as good.
     if fs::rename(&work, deps).is_err() && !deps.join("node_modules").is_dir() {
         panic!(
@@ -310,13 +312,14 @@ fn install_ui_deps(cache_root: &Path, package_json: &[u8], lock: &[u8], deps: &P
 fn build_ui(cache_root: &Path, ui: &Path, deps: &Path, assets: &Path) {
     let work = work_dir(cache_root);
     let _cleanup = RemoveOnDrop(work.clone());
-    run_ui(
+    run(
         Command::new("node")
             .arg(ui.join("build.mjs"))
             .arg(format!("--outdir={}", work.display()))
             .arg(format!("--modules={}", deps.display()))
             .current_dir(ui),
         "node ui/build.mjs",
+        &UI,
     );
     let js = fs::read_to_string(work.join("cards.js")).unwrap_or_default();
     let css = fs::read_to_string(work.join("cards.css")).unwrap_or_default();
@@ -342,17 +345,4 @@ fn work_dir(cache_root: &Path) -> PathBuf {
     fs::create_dir_all(&work)
         .unwrap_or_else(|e| panic!("build.rs: cannot create {}: {e}", work.display()));
     work
-}
-
-fn run_ui(cmd: &mut Command, what: &str) {
-    match cmd.status() {
-        Ok(s) if s.success() => {}
-        Ok(s) => panic!("build.rs: {what} failed ({s}) while building the console UI (ui/); see the output above"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "build.rs: `{}` not found: building the console UI (ui/) needs Node.js and npm on PATH \
-             (e.g. `apt-get install nodejs npm`), or SCR_UI_DIST=<dir holding prebuilt cards.js and cards.css>",
-            cmd.get_program().to_string_lossy()
-        ),
-        Err(e) => panic!("build.rs: cannot run {what}: {e}"),
-    }
 }

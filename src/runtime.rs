@@ -368,9 +368,7 @@ impl Manager {
     async fn drain_pool(&self) -> usize {
         let ids = self.pool.drain();
         let n = ids.len();
-        for id in &ids {
-            lock(&self.state).transient.insert(id.clone());
-        }
+        lock(&self.state).transient.extend(ids.iter().cloned());
         futures_util::future::join_all(ids.iter().map(|id| self.stop_vm(id))).await;
         n
     }
