@@ -1,5 +1,5 @@
 //! Trigger round trip through the stand-in engine: a Rust SDK client calling
-//! a Rust SDK worker, the way `shared/spec/engine-protocol.md` measured the
+//! a Rust SDK worker, the way `docs/engine.md` measured the
 //! real engine (median 0.55 ms for the Rust SDK on a 2-core machine).
 //!
 //! `cargo bench --bench engine_roundtrip`

@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Worker configuration. Unknown keys are refused at boot so that a typo
 /// never silently falls back to a default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Budget of a run or handler call that names none (or 0).
@@ -33,7 +33,7 @@ pub struct Config {
 }
 
 /// When the VM of a one-shot run is stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OneshotStop {
     /// Before the response is sent: the contract's default. The caller pays
@@ -114,6 +114,38 @@ impl Config {
 mod tests {
     use super::*;
     use rstest::rstest;
+
+    /// The README's configuration table documents exactly the keys the
+    /// worker accepts: adding a key without documenting it fails here.
+    #[test]
+    fn readme_documents_every_config_key() {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("| key | default | meaning |")
+            .expect("README has the configuration table");
+        let documented: std::collections::BTreeSet<String> = readme[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.split('|')
+                    .nth(1)
+                    .unwrap_or("")
+                    .trim()
+                    .trim_matches('`')
+                    .to_string()
+            })
+            .collect();
+        let accepted: std::collections::BTreeSet<String> =
+            match serde_yaml::to_value(Config::default()).expect("config serializes") {
+                serde_yaml::Value::Mapping(m) => m
+                    .keys()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect(),
+                other => panic!("config is not a mapping: {other:?}"),
+            };
+        assert_eq!(documented, accepted);
+    }
 
     #[rstest]
     #[case(None, 5_000)]

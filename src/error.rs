@@ -7,7 +7,8 @@
 
 use std::fmt;
 
-/// Every code this worker sends, with whether a retry can help.
+/// Every code this worker sends. Whether a retry helps is documented once per
+/// code in the README and in `golden/errors/`; a test keeps the three in step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
     InvalidRequest,
@@ -45,14 +46,6 @@ impl ErrorCode {
     /// The code as it appears on the wire.
     pub fn wire(self) -> String {
         format!("{}::{}", crate::ids::OWN_NAMESPACE, self.short())
-    }
-
-    /// Whether repeating the same call can succeed (after the cause passes).
-    pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            ErrorCode::Expired | ErrorCode::Capacity | ErrorCode::Timeout | ErrorCode::Engine
-        )
     }
 }
 
@@ -187,6 +180,63 @@ mod tests {
             ErrorCode::ALL.iter().map(|c| c.wire()).collect();
         assert_eq!(wires.len(), ErrorCode::ALL.len());
         assert!(wires.iter().all(|w| w.starts_with("sandbox-code-runner::")));
+    }
+
+    /// The README's error table, the golden error table and [`ErrorCode`]
+    /// name the same codes, and the two tables agree on which are retryable.
+    #[test]
+    fn readme_golden_and_code_tables_agree() {
+        let readme = include_str!("../README.md");
+        let golden: serde_json::Value =
+            serde_json::from_str(include_str!("../golden/errors/sandbox-code-runner.json"))
+                .expect("golden error table is JSON");
+
+        let header = readme
+            .find("| code | meaning | retry helps |")
+            .expect("README has the error table");
+        let readme_rows: std::collections::BTreeMap<String, bool> = readme[header..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let code = cells[1].trim_matches('`').to_string();
+                (code, cells[3].starts_with("yes"))
+            })
+            .collect();
+        let golden_rows: std::collections::BTreeMap<String, bool> = golden["codes"]
+            .as_array()
+            .expect("codes array")
+            .iter()
+            .map(|c| {
+                (
+                    c["code"].as_str().expect("code").to_string(),
+                    c["retryable"].as_bool().expect("retryable"),
+                )
+            })
+            .collect();
+        let code_set: std::collections::BTreeSet<String> = ErrorCode::ALL
+            .iter()
+            .map(|c| c.short().to_string())
+            .collect();
+
+        assert_eq!(
+            readme_rows
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            code_set,
+            "README error table vs ErrorCode"
+        );
+        assert_eq!(
+            golden_rows
+                .keys()
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>(),
+            code_set,
+            "golden error table vs ErrorCode"
+        );
+        assert_eq!(readme_rows, golden_rows, "retryable: README vs golden");
     }
 
     #[test]

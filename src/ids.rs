@@ -18,15 +18,6 @@ pub enum Lang {
 }
 
 impl Lang {
-    /// Parses the wire value; only `node` and `python` exist.
-    pub fn parse(s: &str) -> Option<Lang> {
-        match s {
-            "node" => Some(Lang::Node),
-            "python" => Some(Lang::Python),
-            _ => None,
-        }
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Lang::Node => "node",

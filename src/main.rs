@@ -24,8 +24,8 @@ struct Args {
     /// iii engine URL.
     #[arg(long, env = "III_URL", default_value = "ws://127.0.0.1:49134")]
     url: String,
-    /// YAML config file (default_timeout_ms, max_timeout_ms, idle_ttl_secs,
-    /// max_stream_bytes, sdk_install_timeout_ms, vm_owner).
+    /// YAML config file. Its keys are the README's Configuration table (a
+    /// test keeps the two equal); an unknown key stops the worker at boot.
     #[arg(long)]
     config: Option<PathBuf>,
 }

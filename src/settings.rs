@@ -137,11 +137,6 @@ impl Settings {
         lock(&self.current).clone()
     }
 
-    /// Whether the guidance hook is bound right now.
-    pub fn hook_bound(&self) -> bool {
-        lock(&self.hook).is_some()
-    }
-
     /// Applies a stored value; a malformed one keeps the defaults.
     pub fn apply(&self, value: &Value) {
         let next: LiveSettings = if value.is_null() {

@@ -3,6 +3,8 @@
 //! published code-runner schemas (without code-runner's additions), so a
 //! caller can switch between the two workers.
 
+use std::fmt;
+
 use schemars::{schema_for, JsonSchema};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -11,8 +13,8 @@ use serde_json::Value;
 use crate::error::WorkerError;
 use crate::ids::Lang;
 
-/// Input of `sandbox-code-runner::run`.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+/// Input of `sandbox-code-runner::run`. `Debug` redacts `runtime_id`.
+#[derive(Clone, Deserialize, JsonSchema)]
 #[schemars(title = "RunRequest")]
 pub struct RunRequest {
     /// Source to run: an ES module (node; top-level await works) or a script
@@ -36,7 +38,8 @@ pub struct RunRequest {
 }
 
 /// Output of `sandbox-code-runner::run`. A failing script is still this.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// `Debug` redacts `runtime_id`.
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "RunResponse")]
 pub struct RunResponse {
     pub stdout: String,
@@ -75,7 +78,8 @@ pub struct RegisterResponse {
 }
 
 /// Input of `sandbox-code-runner::teardown`: exactly one of the two fields.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+/// `Debug` redacts `runtime_id`.
+#[derive(Clone, Deserialize, JsonSchema)]
 #[schemars(title = "TeardownRequest")]
 pub struct TeardownRequest {
     #[serde(default)]
@@ -85,8 +89,8 @@ pub struct TeardownRequest {
     pub namespace: Option<String>,
 }
 
-/// Output of `sandbox-code-runner::teardown`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Output of `sandbox-code-runner::teardown`. `Debug` redacts `runtime_id`.
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "TeardownResponse")]
 pub struct TeardownResponse {
     /// Echoed when the teardown was addressed by runtime id.
@@ -98,6 +102,57 @@ pub struct TeardownResponse {
     pub torn_down: bool,
     /// Bus function ids this teardown unregistered.
     pub unregistered: Vec<String>,
+}
+
+/// How a `runtime_id` field prints in `Debug`: whether it is there, never
+/// its value, so a stray `?req` in a log cannot leak the capability.
+fn redacted(id: &Option<String>) -> Option<&'static str> {
+    id.as_ref().map(|_| "rt-<redacted>")
+}
+
+impl fmt::Debug for RunRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunRequest")
+            .field("code_bytes", &self.code.len())
+            .field("keep", &self.keep)
+            .field("lang", &self.lang)
+            .field("runtime_id", &redacted(&self.runtime_id))
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RunResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunResponse")
+            .field("stdout", &self.stdout)
+            .field("stderr", &self.stderr)
+            .field("exit_code", &self.exit_code)
+            .field("success", &self.success)
+            .field("duration_ms", &self.duration_ms)
+            .field("runtime_id", &redacted(&self.runtime_id))
+            .finish()
+    }
+}
+
+impl fmt::Debug for TeardownRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TeardownRequest")
+            .field("runtime_id", &redacted(&self.runtime_id))
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl fmt::Debug for TeardownResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TeardownResponse")
+            .field("runtime_id", &redacted(&self.runtime_id))
+            .field("namespace", &self.namespace)
+            .field("torn_down", &self.torn_down)
+            .field("unregistered", &self.unregistered)
+            .finish()
+    }
 }
 
 /// The registered schema of a type.
@@ -162,6 +217,92 @@ mod tests {
         .unwrap();
         assert_eq!(r.lang, Some(Lang::Node));
         assert!(!r.keep);
+    }
+
+    #[test]
+    fn debug_never_prints_a_runtime_id() {
+        let id = crate::ids::RuntimeId::generate();
+        let secret = id.expose().to_string();
+        let run_req: RunRequest = decode(json!({"code": "x", "runtime_id": secret})).unwrap();
+        let run_resp = RunResponse {
+            stdout: "out".into(),
+            stderr: String::new(),
+            exit_code: 0,
+            success: true,
+            duration_ms: 1,
+            runtime_id: Some(secret.clone()),
+        };
+        let td_req: TeardownRequest = decode(json!({"runtime_id": secret})).unwrap();
+        let td_resp = TeardownResponse {
+            runtime_id: Some(secret.clone()),
+            namespace: None,
+            torn_down: true,
+            unregistered: vec![],
+        };
+        for printed in [
+            format!("{run_req:?}"),
+            format!("{run_resp:?}"),
+            format!("{td_req:?}"),
+            format!("{td_resp:#?}"),
+        ] {
+            assert!(!printed.contains(&secret[3..]), "{printed}");
+            assert!(printed.contains("rt-<redacted>"), "{printed}");
+        }
+    }
+
+    /// Every struct in the worker whose fields can hold a runtime id as a
+    /// plain string must not derive `Debug`: this scans the sources, so a new
+    /// struct cannot slip past the hand-written impls above.
+    #[test]
+    fn no_struct_holding_a_runtime_id_string_derives_debug() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offenders = Vec::new();
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let mut derive_debug = false;
+                let mut in_struct: Option<String> = None;
+                for line in text.lines() {
+                    let t = line.trim();
+                    if t.starts_with("#[derive(") {
+                        derive_debug = t.contains("Debug");
+                    } else if let Some(rest) = t
+                        .strip_prefix("pub struct ")
+                        .or(t.strip_prefix("struct "))
+                        .or(t.strip_prefix("pub(crate) struct "))
+                    {
+                        in_struct = derive_debug.then(|| {
+                            rest.split([' ', '{', '<', '('])
+                                .next()
+                                .unwrap_or("")
+                                .to_string()
+                        });
+                        derive_debug = false;
+                    } else if t == "}" {
+                        in_struct = None;
+                    } else if let Some(name) = &in_struct {
+                        let holds = t.contains("runtime_id")
+                            && (t.contains(": String") || t.contains(": Option<String>"));
+                        if holds {
+                            offenders.push(format!("{}: {name}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "derive(Debug) on a runtime_id holder: {offenders:?}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! fans every change out to its subscribers. Entries persist as one YAML
 //! file per id in a directory, as the real worker persists them.
 //!
-//! Shapes and codes follow the recorded engine (`shared/spec/engine-protocol.md`,
+//! Shapes and codes follow the recorded engine (`docs/engine.md`,
 //! transcripts/03): `NOT_FOUND` for an unknown id, `SCHEMA_INVALID` for a
 //! value the schema refuses, event payloads with `event_type`, `old_value`,
 //! `new_value`.

@@ -1,7 +1,7 @@
 //! A loopback stand-in of the iii engine.
 //!
 //! It speaks the worker protocol exactly as the real engine was observed to
-//! (`shared/spec/engine-protocol.md` and the recorded transcripts): the same
+//! (`docs/engine.md` and the recorded transcripts): the same
 //! frames, field order, error codes and messages, so that a worker that works
 //! here works on a real engine. It knows nothing about sandboxes; the daemon
 //! double connects to it like any other worker.
@@ -43,7 +43,7 @@ const DEFAULT_NAMESPACE: &str = "default";
 /// Upper bound of a batched `engine::functions::info`.
 const INFO_BATCH_MAX: usize = 32;
 
-/// The engine release this module stands in for (`shared/spec/transcripts`
+/// The engine release this module stands in for (`fixtures/transcripts`
 /// were recorded on it); its in-process workers report it as their version.
 pub const ENGINE_VERSION: &str = "0.23.0-rc.4";
 

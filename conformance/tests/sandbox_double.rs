@@ -2,7 +2,7 @@
 //! `iii-sdk` client over the stand-in engine, as a worker would drive the
 //! real daemon. Every S-code the double produces is asserted with its exact
 //! wire envelope: `invocation_failed` / `handler error: {json}` with the
-//! JSON keys in alphabetical order (see shared/spec/sandbox-contract.md).
+//! JSON keys in alphabetical order (see docs/sandbox.md).
 
 mod common;
 

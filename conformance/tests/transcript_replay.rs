@@ -1,6 +1,6 @@
 //! Replays the frames recorded on the real iii engine against the stand-in.
 //!
-//! `shared/spec/transcripts/*.log` hold raw WebSocket traffic between
+//! `fixtures/transcripts/*.log` hold raw WebSocket traffic between
 //! hand-written clients and the real engine (see their README). For each
 //! transcript this test opens one raw WebSocket per connection label (`A`,
 //! `B`, `C`, `W1`, …) to a fresh [`StandInEngine`], sends every `X->` frame in
@@ -33,8 +33,8 @@
 //! grace of transcripts/02) is sent once the function is visible, waiting on
 //! that condition with a deadline past the grace.
 //!
-//! The transcripts are read from `$III_TRANSCRIPTS`, else from
-//! `shared/spec/transcripts` next to this repository.
+//! The transcripts are read from `$III_TRANSCRIPTS` (a newer recording), else
+//! from the repository's own `fixtures/transcripts`.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
@@ -495,7 +495,7 @@ struct Line {
 fn transcripts_dir() -> PathBuf {
     match std::env::var_os("III_TRANSCRIPTS") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/transcripts"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/transcripts"),
     }
 }
 
@@ -503,8 +503,8 @@ fn read_transcript(name: &str) -> String {
     let path = transcripts_dir().join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "cannot read the recorded transcript {} ({e}); point III_TRANSCRIPTS at \
-             shared/spec/transcripts",
+            "cannot read the recorded transcript {} ({e}); it ships in \
+             fixtures/transcripts (or set III_TRANSCRIPTS)",
             path.display()
         )
     })

@@ -1,6 +1,6 @@
 //! A double of the iii-sandbox daemon: an ordinary iii worker named
 //! `iii-sandbox` serving the `sandbox::*` functions the way the real daemon
-//! does (see `shared/spec/sandbox-contract.md`), with Linux namespaces in
+//! does (see `docs/sandbox.md`), with Linux namespaces in
 //! place of microVMs.
 //!
 //! - `limits`: operator limits and their `--sandbox-*` flags.

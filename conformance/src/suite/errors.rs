@@ -1,7 +1,7 @@
 //! Error-code tables (`golden/errors/<target>.json`), the two wire
 //! envelopes, and the closed-world check.
 //!
-//! Envelopes (shared/spec/worker-contract.md, "Errors on the wire"):
+//! Envelopes (docs/contract.md, "Errors on the wire"):
 //! - **code field**: `{"code":"<prefix>::<code>","message":"<prefix>::<code>: …"}`;
 //! - **upstream**: `{"code":"invocation_failed","message":"handler error: <prefix>::<code>: …"}`.
 //!
@@ -112,7 +112,7 @@ pub enum Observed {
 }
 
 /// Codes the engine and the SDKs produce themselves
-/// (shared/spec/engine-protocol.md).
+/// (docs/engine.md).
 pub const ENGINE_CODES: &[&str] = &[
     "function_not_found",
     "invocation_stopped",

@@ -195,7 +195,7 @@ async function main() {
   await check('a relayed invocationresult carries the engine\'s field order', async () => {
     // The engine decodes the callee's result and writes its own frame:
     // type, invocation_id, function_id, then result or error, whatever
-    // order the callee's SDK wrote (recorded in shared/spec/transcripts).
+    // order the callee's SDK wrote (recorded in fixtures/transcripts).
     const relayed = callerFrames
       .map((raw) => ({ raw, frame: JSON.parse(raw) }))
       .filter(({ frame }) => frame.type === 'invocationresult' && frame.function_id === 'demo::echo');
