@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::env::{WorkerCommand, DEFAULT_ENGINE_PORT};
+use crate::report::LevelGate;
 use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
 
 /// `code-runner-conformance run`.
@@ -63,6 +64,10 @@ pub struct RunArgs {
     /// No per-case progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Which levels' failures fail the run: `contract`, `recommended`
+    /// (contract and recommended), or `all`. Every result is reported.
+    #[arg(long, value_enum, default_value_t = LevelGate::All)]
+    pub level: LevelGate,
 }
 
 impl RunArgs {
@@ -94,6 +99,7 @@ impl RunArgs {
             expectations: self.expectations.clone(),
             bless_schemas: self.bless_schemas,
             progress: !self.quiet,
+            level: self.level,
         })
     }
 }
@@ -108,11 +114,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     eprintln!(
-        "code-runner-conformance {}: target {} ({} mode, {} jobs)",
+        "code-runner-conformance {}: target {} ({} mode, {} jobs, --level {})",
         super::SUITE_VERSION,
         options.target,
         options.mode.label(),
-        options.jobs.max(1)
+        options.jobs.max(1),
+        options.level.as_str()
     );
     let report = match super::run(options).await {
         Ok(r) => r,

@@ -30,6 +30,9 @@ use super::case::{Boot, EnvSpec, UrlVia};
 
 /// How long a worker may take to publish its functions.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// A worker publishing only part of its profile's functions is ready once
+/// its published set has not changed for this long.
+const SETTLE: Duration = Duration::from_secs(2);
 /// How long a SIGTERMed worker may take to exit before it is killed.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// The default engine port every SDK falls back to.
@@ -250,8 +253,13 @@ impl WorkerProcess {
                 "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info,opentelemetry=warn",
             );
         }
+        // stdout and stderr both count as the worker's log: workers differ in
+        // which stream their logger writes to.
+        let log_out = log
+            .try_clone()
+            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
         c.stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(log_out))
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
         let child = c.spawn().map_err(|e| {
@@ -264,7 +272,7 @@ impl WorkerProcess {
         Ok(())
     }
 
-    /// The worker's stderr so far.
+    /// The worker's stdout and stderr so far, interleaved as written.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -282,13 +290,17 @@ impl WorkerProcess {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// Waits until every id in `functions` is listed by the engine.
+    /// Waits until every id in `functions` is listed by the engine — or,
+    /// for a worker that publishes only some of them, until that part has
+    /// stayed the same for a moment (the cases needing the rest then fail
+    /// on their own, with the reason).
     pub async fn wait_ready(
         &mut self,
         client: &IIIClient,
         functions: &[String],
     ) -> Result<(), EnvError> {
         let until = Instant::now() + READY_DEADLINE;
+        let mut last: Option<(Vec<String>, Instant)> = None;
         loop {
             if let Some(status) = self.try_exit() {
                 return Err(EnvError::Failed(format!(
@@ -296,8 +308,18 @@ impl WorkerProcess {
                     self.log_tail()
                 )));
             }
-            if functions_listed(client, functions).await == Some(true) {
-                return Ok(());
+            if let Some(present) = functions_present(client, functions).await {
+                if present.len() == functions.len() {
+                    return Ok(());
+                }
+                match &last {
+                    Some((seen, since)) if *seen == present => {
+                        if !present.is_empty() && since.elapsed() >= SETTLE {
+                            return Ok(());
+                        }
+                    }
+                    _ => last = Some((present, Instant::now())),
+                }
             }
             if Instant::now() >= until {
                 return Err(EnvError::Failed(format!(
@@ -353,6 +375,34 @@ impl Drop for WorkerProcess {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The ids of `functions` the engine lists (in their order); `None` when
+/// the engine could not be asked.
+pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Option<Vec<String>> {
+    let mut present = Vec::new();
+    // The engine answers at most 32 ids per batch.
+    for chunk in functions.chunks(32) {
+        let answer = client
+            .trigger(TriggerRequest {
+                function_id: "engine::functions::info".into(),
+                payload: json!({ "function_ids": chunk }),
+                action: None,
+                timeout_ms: Some(5_000),
+            })
+            .await
+            .ok()?;
+        let entries = answer.get("functions")?.as_array()?;
+        present.extend(
+            entries
+                .iter()
+                .filter(|e| e.get("error").is_none())
+                .filter_map(|e| e.get("function_id")?.as_str())
+                .filter(|id| chunk.iter().any(|c| c == id))
+                .map(str::to_string),
+        );
+    }
+    Some(present)
 }
 
 /// `Some(true)` when every function is listed, `Some(false)` when one is
@@ -431,10 +481,13 @@ impl Env {
     /// A live engine where the target is already connected.
     pub async fn live(url: &str, functions: Vec<String>) -> Result<Env, EnvError> {
         let client = connect(url).await?;
-        if functions_listed(&client, &functions).await != Some(true) {
+        if functions_present(&client, &functions)
+            .await
+            .is_none_or(|p| p.is_empty())
+        {
             client.shutdown_async().await;
             return Err(EnvError::Failed(format!(
-                "the engine at {url} does not list {}: is the target connected?",
+                "the engine at {url} lists none of {}: is the target connected?",
                 functions.join(", ")
             )));
         }
@@ -636,7 +689,7 @@ impl Env {
         self.worker.lock().await.is_some()
     }
 
-    /// The worker's stderr so far.
+    /// The worker's stdout and stderr so far.
     pub async fn worker_log(&self) -> Result<String, EnvError> {
         let w = self.worker.lock().await;
         let w = w
