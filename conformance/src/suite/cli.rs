@@ -12,7 +12,7 @@ use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
 #[command(group(
     clap::ArgGroup::new("mode")
         .required(true)
-        .args(["hermetic", "engine", "engine_image"])
+        .args(["hermetic", "engine", "engine_image", "engine_bin"])
 ))]
 pub struct RunArgs {
     /// Start the bench in-process and spawn the worker (`--worker-cmd`).
@@ -25,10 +25,15 @@ pub struct RunArgs {
     /// skipped, with the reason printed, when no Docker daemon answers).
     #[arg(long, value_name = "IMAGE")]
     pub engine_image: Option<String>,
+    /// Like --hermetic, but the engine of every environment (private ones
+    /// included) is this real iii binary, started with a minimal config on a
+    /// free loopback port, the sandbox double attached.
+    #[arg(long, value_name = "PATH")]
+    pub engine_bin: Option<PathBuf>,
     /// The engine's port inside the container.
     #[arg(long, default_value_t = DEFAULT_ENGINE_PORT)]
     pub engine_image_port: u16,
-    /// The worker to spawn (hermetic and engine-image modes); `--url` (and
+    /// The worker to spawn (hermetic, engine-bin and engine-image modes); `--url` (and
     /// `--config` for cases that configure it) are appended. Default: this
     /// workspace's `target/<profile>/sandbox-code-runner`, next to this binary.
     #[arg(long, value_name = "COMMAND")]
@@ -80,6 +85,11 @@ impl RunArgs {
             .transpose()?;
         let mode = if let Some(url) = &self.engine {
             Mode::Live { url: url.clone() }
+        } else if let Some(bin) = &self.engine_bin {
+            Mode::EngineBin {
+                bin: bin.clone(),
+                worker_cmd,
+            }
         } else if let Some(image) = &self.engine_image {
             Mode::EngineImage {
                 image: image.clone(),

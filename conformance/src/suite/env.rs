@@ -6,11 +6,14 @@
 //! - **live** (`--engine ws://…`): a running engine where the target is
 //!   already connected; only the client is ours;
 //! - **engine image** (`--engine-image`): a real engine in a container
-//!   (testcontainers), the double attached to it, the worker spawned.
+//!   (testcontainers), the double attached to it, the worker spawned;
+//! - **engine binary** (`--engine-bin`): like hermetic, but every engine —
+//!   private ones included — is that real binary on a loopback port.
 //!
-//! Cases with an `environment` get a private one (hermetic modes only): their
-//! own stand-in engine, daemon double and worker, configured as they state,
-//! so restarting a worker or starving the daemon never touches another case.
+//! Cases with an `environment` get a private one (hermetic and engine-binary
+//! modes): their own engine, daemon double and worker, configured as they
+//! state, so restarting a worker or starving the daemon never touches
+//! another case.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -27,6 +30,7 @@ use crate::engine::StandInEngine;
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
 
 use super::case::{Boot, EnvSpec, UrlVia};
+use super::engine_bin::EngineProcess;
 
 /// How long a worker may take to publish its functions.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
@@ -461,6 +465,8 @@ pub struct Env {
     functions: Vec<String>,
     bench: Option<Bench>,
     engine: Option<StandInEngine>,
+    /// A real engine binary this environment started.
+    engine_process: Option<EngineProcess>,
     double: Mutex<Option<SandboxDouble>>,
     limits: SandboxLimits,
     worker: Mutex<Option<WorkerProcess>>,
@@ -501,6 +507,7 @@ impl Env {
             functions,
             bench: None,
             engine: None,
+            engine_process: None,
             double: Mutex::new(None),
             limits: suite_limits(),
             worker: Mutex::new(None),
@@ -585,26 +592,79 @@ impl Env {
         Ok(env)
     }
 
-    /// A case's private environment.
+    /// The real engine binary `bin` on a free loopback port, the daemon
+    /// double attached, the worker spawned.
+    pub async fn engine_bin(
+        bin: &Path,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+    ) -> Result<Env, EnvError> {
+        let engine = EngineProcess::start(bin, 0).await?;
+        let url = engine.url();
+        let client = connect(&url).await?;
+        let limits = suite_limits();
+        let bench = Bench::start(BenchOptions {
+            port: 0,
+            engine: Some(url.clone()),
+            limits: limits.clone(),
+            configuration_dir: None,
+        })
+        .await
+        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        worker.wait_ready(&client, &functions).await?;
+        let mut env = Env::bare(&url, client, functions, "engine-bin");
+        env.bench = Some(bench);
+        env.limits = limits;
+        env.worker = Mutex::new(Some(worker));
+        env.engine_process = Some(engine);
+        Ok(env)
+    }
+
+    /// A case's private environment: on the stand-in engine, or on a real
+    /// engine binary when `engine_bin` names one.
     pub async fn private(
         spec: &EnvSpec,
         cmd: &WorkerCommand,
         functions: Vec<String>,
+        engine_bin: Option<&Path>,
     ) -> Result<Env, EnvError> {
         let port = match spec.url_via {
             UrlVia::Default => DEFAULT_ENGINE_PORT,
             _ => 0,
         };
-        let engine = StandInEngine::start(port).await.map_err(|e| {
+        let taken = |e: String| {
             if port == DEFAULT_ENGINE_PORT {
                 EnvError::Unavailable(format!(
                     "the default engine port {port} is taken on this host ({e})"
                 ))
             } else {
-                EnvError::Failed(format!("the stand-in engine cannot start: {e}"))
+                EnvError::Failed(format!("the engine cannot start: {e}"))
             }
-        })?;
-        let url = engine.url();
+        };
+        let (engine, engine_process) = match engine_bin {
+            None => (
+                Some(
+                    StandInEngine::start(port)
+                        .await
+                        .map_err(|e| taken(e.to_string()))?,
+                ),
+                None,
+            ),
+            Some(bin) => {
+                if port == DEFAULT_ENGINE_PORT
+                    && std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
+                {
+                    return Err(taken("in use".into()));
+                }
+                (None, Some(EngineProcess::start(bin, port).await?))
+            }
+        };
+        let url = match (&engine, &engine_process) {
+            (Some(e), _) => e.url(),
+            (None, Some(p)) => p.url(),
+            (None, None) => unreachable!("one engine was started above"),
+        };
         let mut limits = suite_limits();
         if let Some(l) = &spec.sandbox_limits {
             if let Some(v) = l.max_concurrent_sandboxes {
@@ -629,7 +689,8 @@ impl Env {
             None
         };
         let client = connect(&url).await?;
-        let configuration = if spec.configuration_worker {
+        // A real engine brings its own configuration worker.
+        let configuration = if spec.configuration_worker && engine_process.is_none() {
             let dir = std::env::temp_dir().join(format!(
                 "code-runner-conformance-config-{}-{:08x}",
                 std::process::id(),
@@ -642,7 +703,9 @@ impl Env {
                     if let Some(d) = double {
                         d.shutdown().await;
                     }
-                    engine.shutdown().await;
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
                     return Err(EnvError::Failed(format!(
                         "the configuration-worker double cannot start: {e}"
                     )));
@@ -671,13 +734,19 @@ impl Env {
                 if let Some(d) = double {
                     d.shutdown().await;
                 }
-                engine.shutdown().await;
+                if let Some(engine) = engine {
+                    engine.shutdown().await;
+                }
+                if let Some(p) = engine_process {
+                    p.shutdown().await;
+                }
                 return Err(e);
             }
         }
         let mut env = Env::bare(&url, client, functions, "private");
         env.configuration = configuration;
-        env.engine = Some(engine);
+        env.engine = engine;
+        env.engine_process = engine_process;
         env.double = Mutex::new(double);
         env.limits = limits;
         env.worker = Mutex::new(Some(worker));
@@ -768,6 +837,7 @@ impl Env {
             client,
             bench,
             engine,
+            engine_process,
             double,
             worker,
             container,
@@ -790,6 +860,9 @@ impl Env {
         }
         if let Some(e) = engine {
             e.shutdown().await;
+        }
+        if let Some(p) = engine_process {
+            p.shutdown().await;
         }
         if let Some(c) = container {
             let _ = c.rm().await;

@@ -16,6 +16,7 @@
 pub mod case;
 pub mod cli;
 pub mod draft;
+pub mod engine_bin;
 pub mod env;
 pub mod errors;
 pub mod expectations;
@@ -201,6 +202,12 @@ pub enum Mode {
         port: u16,
         worker_cmd: Option<WorkerCommand>,
     },
+    /// A real engine binary as every environment's engine (private ones
+    /// included), the daemon double attached, the worker spawned.
+    EngineBin {
+        bin: PathBuf,
+        worker_cmd: Option<WorkerCommand>,
+    },
 }
 
 impl Mode {
@@ -209,6 +216,7 @@ impl Mode {
             Mode::Hermetic { .. } => "hermetic",
             Mode::Live { .. } => "live",
             Mode::EngineImage { .. } => "engine-image",
+            Mode::EngineBin { .. } => "engine-bin",
         }
     }
 }
@@ -300,6 +308,8 @@ struct Context<'a> {
     prefix: String,
     env: &'a Env,
     worker_cmd: Option<WorkerCommand>,
+    /// The engine binary private environments run on (`--engine-bin`).
+    engine_bin: Option<PathBuf>,
     private_ok: Result<(), String>,
     functions: Vec<String>,
     published: published::Published,
@@ -348,13 +358,26 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     // Building the default worker is not part of the run's wall time.
     let default_cmd = match &opts.mode {
         Mode::Hermetic { worker_cmd: None }
+        | Mode::EngineBin {
+            worker_cmd: None, ..
+        }
         | Mode::EngineImage {
             worker_cmd: None, ..
         } => Some(WorkerCommand::beside_exe(env::BuildPolicy::Always)?),
         _ => None,
     };
     let started = Instant::now();
+    let engine_bin = match &opts.mode {
+        Mode::EngineBin { bin, .. } => Some(bin.clone()),
+        _ => None,
+    };
     let (env, worker_cmd, private_ok) = match &opts.mode {
+        Mode::EngineBin { bin, worker_cmd } => {
+            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
+                SuiteError::Environment("no worker command".into())
+            })?;
+            (Env::engine_bin(bin, &cmd, functions.clone()).await?, Some(cmd), Ok(()))
+        }
         Mode::Hermetic { worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
                 SuiteError::Environment("no worker command".into())
@@ -407,6 +430,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         prefix: prefix.clone(),
         env: &env,
         worker_cmd,
+        engine_bin,
         private_ok,
         functions,
         published,
@@ -642,7 +666,7 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
                 result.skipped = Some("no worker command for a private environment".into());
                 return result;
             };
-            match Env::private(spec, cmd, ctx.functions.clone()).await {
+            match Env::private(spec, cmd, ctx.functions.clone(), ctx.engine_bin.as_deref()).await {
                 Ok(e) => Some(e),
                 Err(EnvError::Unavailable(why)) => {
                     result.skipped = Some(why);
