@@ -250,11 +250,33 @@ async fn the_suite_reports_exactly_the_broken_cases() {
             && message("schema.run").contains("runtime_id")
     );
     assert!(message("run.one-shot.print").contains("stale"));
+    // Results are grouped by level: three contract problems, one recommended.
+    assert_eq!(
+        report.by_level["contract"].unexpected, 3,
+        "{:?}",
+        report.by_level
+    );
+    assert_eq!(
+        report.by_level["recommended"].unexpected, 1,
+        "{:?}",
+        report.by_level
+    );
+    // A failing step shows what came back, not only which field differed.
+    assert!(
+        message("run.keep.returns-runtime-id").contains("got: ")
+            && message("run.keep.returns-runtime-id").contains("stdout: "),
+        "{}",
+        message("run.keep.returns-runtime-id")
+    );
     // The mutant's errors travelled in the code-field envelope.
     assert!(report.envelopes.contains_key("code_field"));
     // The JUnit report carries the same verdicts.
     let junit = report.junit();
     assert_eq!(junit.matches("<failure ").count(), 4, "{junit}");
+    assert!(
+        junit.contains("— contract\"") && junit.contains("— recommended\""),
+        "{junit}"
+    );
     assert!(junit.contains(r#"type="stale-expectation""#));
 
     for f in refs {

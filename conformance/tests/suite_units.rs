@@ -650,3 +650,21 @@ fn every_golden_case_has_a_level_and_the_contract_ones_are_most() {
     assert!(per[&Level::Recommended] >= 20, "{per:?}");
     assert!(per[&Level::Profile] >= 10, "{per:?}");
 }
+
+#[tokio::test]
+async fn the_worker_log_holds_its_stdout_and_its_stderr() {
+    use code_runner_conformance::suite::case::UrlVia;
+    use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
+    // A "worker" that logs one line on each stream, then idles.
+    let cmd =
+        WorkerCommand::parse("sh -c 'echo on-stdout; echo on-stderr >&2; exec sleep 30'").unwrap();
+    let mut w = WorkerProcess::spawn(&cmd, "ws://127.0.0.1:9", UrlVia::Flag, None).unwrap();
+    let both = code_runner_conformance::wait::until(std::time::Duration::from_secs(10), || {
+        let log = w.log();
+        async move { log.contains("on-stdout") && log.contains("on-stderr") }
+    })
+    .await;
+    let log = w.log();
+    w.stop().await;
+    assert!(both, "the log has both streams: {log:?}");
+}

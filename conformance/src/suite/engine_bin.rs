@@ -41,6 +41,7 @@ pub fn free_port() -> Result<u16, EnvError> {
 /// A running engine binary.
 pub struct EngineProcess {
     url: String,
+    port: u16,
     dir: PathBuf,
     child: Option<tokio::process::Child>,
 }
@@ -81,6 +82,7 @@ impl EngineProcess {
             })?;
         let mut engine = EngineProcess {
             url: format!("ws://127.0.0.1:{port}"),
+            port,
             dir,
             child: Some(child),
         };
@@ -98,6 +100,24 @@ impl EngineProcess {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// Whether a worker connecting now gets `engine::functions::list` answered.
+    async fn answers(&self) -> bool {
+        let Ok(client) = crate::client::connect(&self.url, "code-runner-conformance-probe").await
+        else {
+            return false;
+        };
+        let answer = client
+            .trigger(TriggerRequest {
+                function_id: "engine::functions::list".into(),
+                payload: json!({}),
+                action: None,
+                timeout_ms: Some(2_000),
+            })
+            .await;
+        client.shutdown_async().await;
+        answer.is_ok()
+    }
+
     async fn wait_ready(&mut self) -> Result<(), EnvError> {
         let until = Instant::now() + START_DEADLINE;
         loop {
@@ -111,21 +131,13 @@ impl EngineProcess {
                     self.log_tail()
                 )));
             }
-            if let Ok(client) =
-                crate::client::connect(&self.url, "code-runner-conformance-probe").await
-            {
-                let answer = client
-                    .trigger(TriggerRequest {
-                        function_id: "engine::functions::list".into(),
-                        payload: json!({}),
-                        action: None,
-                        timeout_ms: Some(2_000),
-                    })
-                    .await;
-                client.shutdown_async().await;
-                if answer.is_ok() {
-                    return Ok(());
-                }
+            // A plain TCP connect first: it fails at once while the engine
+            // is not listening, where an SDK client would keep retrying.
+            let listening = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok();
+            if listening && self.answers().await {
+                return Ok(());
             }
             if Instant::now() >= until {
                 return Err(EnvError::Failed(format!(
