@@ -17,6 +17,12 @@
 //! (`/opt`, `/root`, `/home`, `/var`...) are upper-only and bound
 //! read-write.
 //!
+//! One known difference from the daemon's single rootfs: an exec that
+//! already looked a directory up before another exec (another overlay
+//! mount) first wrote into it may not see the new entries until it starts
+//! again (overlayfs does not expect its layers to change underneath it).
+//! Execs that start after a write always see it.
+//!
 //! Host-side code (the fs ops, the exec's PATH lookup) reads the merged
 //! tree through [`ImageLayer::lookup`], which applies overlayfs' rules:
 //! upper wins, a whiteout (a 0/0 character device) hides the lower entry,

@@ -199,4 +199,3 @@ pub async fn python_venv() -> PathBuf {
     );
     dir
 }
-
