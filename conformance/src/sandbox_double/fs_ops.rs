@@ -5,8 +5,12 @@
 //! them (`guest_path`), and scratch files are then opened with
 //! `openat2(RESOLVE_IN_ROOT)` on the scratch root, so neither `..` nor a
 //! symlink planted by a guest (even one swapped in concurrently) can reach a
-//! host file. Paths under the read-only host binds are readable and answer
-//! S215 on any write. Error codes and messages follow the in-VM supervisor:
+//! host file. Paths in the image rootfs (`/usr`, `/etc`, `/opt`...) are read
+//! through the merged layers and written into the image's shared upper
+//! layer, copying directories up from the host's lower ones as overlayfs
+//! would; upper entries are opened with `RESOLVE_NO_SYMLINKS` beneath the
+//! layer, so a guest's symlink can never redirect a write to the host.
+//! Error codes and messages follow the in-VM supervisor:
 //! S210 bad mode, S211 missing (with `fix:{"parents":true}` when a write's
 //! parent is missing), S212 wrong type, S213 exists, S215 permission, S216
 //! other I/O.
@@ -26,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{from_io, SandboxError};
 use super::guest_path::{split_parent, GuestView, Region, ResolveError, Resolved};
+use super::image_layer::{is_opaque, mark_opaque, Found, ImageLayer};
 use super::lifecycle::{parse_id, wait_for_boot, Daemon};
 
 /// Files under this size come back inline as `body`.
@@ -208,10 +213,6 @@ fn os_err(code: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(code)
 }
 
-fn read_only(path: &str) -> SandboxError {
-    SandboxError::FsPermission(format!("{path}: {}", os_err(libc::EROFS)))
-}
-
 fn special(path: &str) -> SandboxError {
     SandboxError::FsPermission(format!(
         "{path}: /dev and /proc exist only inside an exec on the iii-sandbox double"
@@ -314,25 +315,35 @@ pub fn write_file(
         return Err(from_io(path, &os_err(libc::EISDIR)));
     };
     let parent = resolve(view, &parent_path, path)?;
-    match parent.region {
-        Region::ReadOnly => return Err(read_only(path)),
-        Region::Special => return Err(special(path)),
-        Region::Scratch => {}
-    }
     let io = |e: std::io::Error| from_io(path, &e);
-    let root = open_root(view).map_err(io)?;
-    let dir = if parents {
-        mkdir_all(&root, &parent.guest).map_err(io)?
-    } else {
-        match open_dir(&root, &parent.guest) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SandboxError::FsParentNotFound(format!(
-                    "parent not found: {parent_path}"
-                )))
+    let dir = match parent.region {
+        Region::Special => return Err(special(path)),
+        Region::Image => {
+            let target = parent.guest.join(&name);
+            if let Some(found) = view.layer().lookup(&target) {
+                if std::fs::symlink_metadata(found.path()).is_ok_and(|m| m.is_dir()) {
+                    return Err(io(os_err(libc::EISDIR)));
+                }
             }
-            Err(e) => return Err(io(e)),
+            upper_dir(view.layer(), &parent.guest, parents)
         }
+        Region::Scratch => {
+            let root = open_root(view).map_err(io)?;
+            if parents {
+                mkdir_all(&root, &parent.guest)
+            } else {
+                open_dir(&root, &parent.guest)
+            }
+        }
+    };
+    let dir = match dir {
+        Ok(fd) => fd,
+        Err(e) if !parents && e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SandboxError::FsParentNotFound(format!(
+                "parent not found: {parent_path}"
+            )))
+        }
+        Err(e) => return Err(io(e)),
     };
     write_atomically(&dir, &name, bits, bytes).map_err(io)?;
     Ok(WriteResponse {
@@ -383,11 +394,23 @@ pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, SandboxEr
     let file = match target.region {
         Region::Special => return Err(special(path)),
         // O_NONBLOCK: a FIFO must not hang the call.
-        Region::ReadOnly => std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&target.host)
-            .map_err(io)?,
+        Region::Image => match view.layer().lookup(&target.guest) {
+            None => return Err(io(os_err(libc::ENOENT))),
+            // The host's own directories: no guest can change them.
+            Some(Found::Lower(p)) => std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(p)
+                .map_err(io)?,
+            Some(Found::Upper(_)) => std::fs::File::from(
+                open_upper(
+                    view.layer(),
+                    &target.guest,
+                    OFlag::O_RDONLY | OFlag::O_NONBLOCK,
+                )
+                .map_err(io)?,
+            ),
+        },
         Region::Scratch => {
             let root = open_root(view).map_err(io)?;
             let fd = open_in_root(&root, &target.guest, OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0)
@@ -436,7 +459,7 @@ pub fn make_dir(
     let io = |e: std::io::Error| from_io(path, &e);
     let exists = match target.region {
         Region::Special => return Err(special(path)),
-        Region::ReadOnly => target.host.exists(),
+        Region::Image => view.layer().lookup(&target.guest).is_some(),
         Region::Scratch => {
             let root = open_root(view).map_err(io)?;
             open_in_root(&root, &target.guest, OFlag::O_PATH, 0).is_ok()
@@ -454,16 +477,32 @@ pub fn make_dir(
         return Err(io(os_err(libc::EEXIST)));
     };
     let parent = resolve(view, &parent_path, path)?;
-    match parent.region {
-        Region::ReadOnly => return Err(read_only(path)),
+    let mut opaque = false;
+    let dir = match parent.region {
         Region::Special => return Err(special(path)),
-        Region::Scratch => {}
-    }
-    let root = open_root(view).map_err(io)?;
-    let dir = if parents {
-        mkdir_all(&root, &parent.guest).map_err(io)?
-    } else {
-        open_dir(&root, &parent.guest).map_err(io)?
+        Region::Image => {
+            let dir = upper_dir(view.layer(), &parent.guest, parents).map_err(io)?;
+            // Recreating a directory the guest deleted: drop the whiteout
+            // and hide the deleted lower directory's children.
+            if is_whiteout_at(&dir, &name) {
+                nix::unistd::unlinkat(
+                    Some(dir.as_raw_fd()),
+                    name.as_os_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .map_err(|e| io(e.into()))?;
+                opaque = true;
+            }
+            dir
+        }
+        Region::Scratch => {
+            let root = open_root(view).map_err(io)?;
+            if parents {
+                mkdir_all(&root, &parent.guest).map_err(io)?
+            } else {
+                open_dir(&root, &parent.guest).map_err(io)?
+            }
+        }
     };
     nix::sys::stat::mkdirat(
         Some(dir.as_raw_fd()),
@@ -482,26 +521,184 @@ pub fn make_dir(
     let created = unsafe { OwnedFd::from_raw_fd(created) };
     nix::sys::stat::fchmod(created.as_raw_fd(), Mode::from_bits_truncate(bits))
         .map_err(|e| io(e.into()))?;
+    if opaque {
+        mark_opaque(&created).map_err(io)?;
+    }
     Ok(MkdirResponse { created: true })
+}
+
+// ---------------------------------------------------------------------------
+// The image rootfs: merged reads, writes into the shared upper layer
+// ---------------------------------------------------------------------------
+
+/// Opens an existing entry of the upper layer beneath its top-level
+/// directory, refusing every symlink (the path is already resolved, so a
+/// symlink here was swapped in by a guest).
+fn open_upper(layer: &ImageLayer, guest: &Path, flags: OFlag) -> std::io::Result<OwnedFd> {
+    let (dir, rel) = layer.split(guest).ok_or_else(|| os_err(libc::ENOENT))?;
+    let top = open_path_dir(&dir.upper)?;
+    let rel: PathBuf = rel.iter().collect();
+    let rel = if rel.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rel
+    };
+    let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(
+        ResolveFlag::RESOLVE_BENEATH
+            | ResolveFlag::RESOLVE_NO_SYMLINKS
+            | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+    );
+    let fd = nix::fcntl::openat2(top.as_raw_fd(), rel.as_path(), how)?;
+    // SAFETY: `openat2` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn open_path_dir(p: &Path) -> std::io::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        p,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: `open` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens the child directory `name` of `dir`, never through a symlink.
+fn open_child_dir(dir: &OwnedFd, name: &OsStr, flags: OFlag) -> std::io::Result<OwnedFd> {
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: `openat` just returned this descriptor and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `name` in `dir` is an overlayfs whiteout.
+fn is_whiteout_at(dir: &OwnedFd, name: &OsStr) -> bool {
+    nix::sys::stat::fstatat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0)
+}
+
+/// Opens directory `guest` of the image rootfs in the shared upper layer,
+/// first copying up (creating in upper with the host directory's mode and
+/// owner) each component that so far exists only in the host's lower
+/// directory, as overlayfs does. A missing component is created (0755,
+/// opaque when it replaces a whiteout) when `create_missing`, and is
+/// `NotFound` otherwise.
+fn upper_dir(layer: &ImageLayer, guest: &Path, create_missing: bool) -> std::io::Result<OwnedFd> {
+    let (top, rel) = layer.split(guest).ok_or_else(|| os_err(libc::ENOENT))?;
+    let mut dir = open_path_dir(&top.upper)?;
+    let mut upper = top.upper.clone();
+    let mut lower = top.lower.clone();
+    for name in rel {
+        upper.push(name);
+        if let Some(l) = lower.as_mut() {
+            l.push(name);
+        }
+        let st = nix::sys::stat::fstatat(
+            Some(dir.as_raw_fd()),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        );
+        match st {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                if is_opaque(&upper) {
+                    lower = None;
+                }
+            }
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0 => {
+                // A directory the guest deleted.
+                if !create_missing {
+                    return Err(os_err(libc::ENOENT));
+                }
+                nix::unistd::unlinkat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )?;
+                make_child(&dir, name, 0o755, None)?;
+                let made = open_child_dir(&dir, name, OFlag::O_RDONLY)?;
+                mark_opaque(&made)?;
+                lower = None;
+            }
+            Ok(_) => return Err(os_err(libc::ENOTDIR)),
+            Err(nix::errno::Errno::ENOENT) => match lower.as_ref().map(std::fs::symlink_metadata) {
+                Some(Ok(m)) if m.is_dir() => {
+                    make_child(&dir, name, m.mode() & 0o7777, Some((m.uid(), m.gid())))?;
+                }
+                Some(Ok(_)) => return Err(os_err(libc::ENOTDIR)),
+                _ if create_missing => {
+                    lower = None;
+                    make_child(&dir, name, 0o755, None)?;
+                }
+                _ => return Err(os_err(libc::ENOENT)),
+            },
+            Err(e) => return Err(e.into()),
+        }
+        dir = open_child_dir(&dir, name, OFlag::O_PATH)?;
+    }
+    Ok(dir)
+}
+
+/// Creates directory `name` in `dir` with exactly `mode` (and `owner`, as
+/// far as this process may chown). Losing a race to a concurrent creator
+/// is fine.
+fn make_child(
+    dir: &OwnedFd,
+    name: &OsStr,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    match nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EEXIST) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let made = open_child_dir(dir, name, OFlag::O_RDONLY)?;
+    if let Some((uid, gid)) = owner {
+        let _ = nix::unistd::fchown(
+            made.as_raw_fd(),
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        );
+    }
+    nix::sys::stat::fchmod(made.as_raw_fd(), Mode::from_bits_truncate(mode))?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sandbox_double::error::SCode;
+    use crate::sandbox_double::image_layer::testing::TempLayer;
     use crate::sandbox_double::isolation::{HostLayout, Scratch};
     use rstest::rstest;
 
     struct Fixture {
         scratch: Scratch,
+        layer: TempLayer,
     }
 
     impl Fixture {
         fn new() -> Fixture {
             let layout = HostLayout::detect().expect("layout");
+            let layer = TempLayer::new();
             Fixture {
-                scratch: Scratch::create(&layout, uuid::Uuid::new_v4()).expect("scratch"),
+                scratch: Scratch::create(&layout, layer.0.clone(), uuid::Uuid::new_v4())
+                    .expect("scratch"),
+                layer,
             }
+        }
+        /// A second sandbox of the same image.
+        fn sibling(&self) -> Scratch {
+            let layout = HostLayout::detect().expect("layout");
+            Scratch::create(&layout, self.layer.0.clone(), uuid::Uuid::new_v4()).expect("scratch")
         }
         fn view(&self) -> &GuestView {
             self.scratch.view()
@@ -581,24 +778,76 @@ mod tests {
     }
 
     #[rstest]
-    #[case("/usr/evil")]
-    #[case("/etc/evil")]
-    #[case("/bin/evil")]
-    fn read_only_binds_refuse_writes(#[case] path: &str) {
+    #[case("/usr/local/lib/scr-test/planted.py")]
+    #[case("/etc/scr-test/planted.conf")]
+    #[case("/opt/sdk/planted.js")]
+    #[case("/root/.cache/planted")]
+    fn image_rootfs_writes_are_shared_and_spare_the_host(#[case] path: &str) {
         let f = Fixture::new();
-        let (c, msg) = code(write_file(f.view(), path, "0644", false, b"x"));
-        assert_eq!(c, SCode::S215);
-        assert!(msg.contains("Read-only file system"), "{msg}");
-        let (c, _) = code(make_dir(f.view(), &format!("{path}-dir"), "0755", true));
-        assert_eq!(c, SCode::S215);
+        let (c, _) = code(write_file(f.view(), path, "0644", false, b"x"));
+        assert_eq!(c, SCode::S211, "parent missing without `parents`");
+        write_file(f.view(), path, "0640", true, b"planted").expect("write with parents");
+        assert!(!Path::new(path).exists(), "reached the host: {path}");
+        let other = f.sibling();
+        let r = read_file(other.view(), path).expect("a sibling sandbox reads it");
+        assert_eq!(
+            (r.body.as_deref(), r.mode.as_str()),
+            (Some("planted"), "0640")
+        );
+        let _ = other.remove();
+        let fresh = Fixture::new();
+        assert_eq!(
+            code(read_file(fresh.view(), path)).0,
+            SCode::S211,
+            "another image"
+        );
     }
 
     #[test]
-    fn read_only_binds_are_readable() {
+    fn copied_up_directories_keep_the_host_mode() {
         let f = Fixture::new();
-        let r =
-            read_file(f.view(), "/etc/hostname").or_else(|_| read_file(f.view(), "/etc/passwd"));
-        assert!(r.is_ok_and(|r| r.body.is_some()));
+        write_file(f.view(), "/usr/share/scr-test-file", "0644", false, b"x").expect("write");
+        let usr = &f.layer.0.dir("usr").expect("usr").upper;
+        let host = std::fs::metadata("/usr/share").expect("host /usr/share");
+        let up = std::fs::metadata(usr.join("share")).expect("copied up");
+        assert_eq!(up.mode() & 0o7777, host.mode() & 0o7777);
+        // Host files stay readable through the merged view.
+        let r = read_file(f.view(), "/etc/passwd").expect("lower file");
+        assert!(r.body.is_some());
+        assert!(!Path::new("/usr/share/scr-test-file").exists());
+    }
+
+    #[test]
+    fn mkdir_in_the_image_rootfs() {
+        let f = Fixture::new();
+        assert_eq!(
+            make_dir(f.view(), "/usr/share", "0755", false).map_err(|e| e.code()),
+            Err(SCode::S213)
+        );
+        assert_eq!(
+            make_dir(f.view(), "/opt/a/b", "0700", true),
+            Ok(MkdirResponse { created: true })
+        );
+        let other = f.sibling();
+        assert_eq!(
+            make_dir(other.view(), "/opt/a/b", "0755", true),
+            Ok(MkdirResponse { created: false })
+        );
+        let _ = other.remove();
+    }
+
+    #[test]
+    fn upper_symlinks_are_never_followed_to_the_host() {
+        let f = Fixture::new();
+        let outside = std::env::temp_dir().join(format!("escape-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&outside).expect("outside dir");
+        // A guest plants an absolute link in the shared layer.
+        let opt = &f.layer.0.dir("opt").expect("opt").upper;
+        std::os::unix::fs::symlink(&outside, opt.join("link")).expect("ln");
+        let r = write_file(f.view(), "/opt/link/pwned", "0644", true, b"x");
+        assert!(r.is_ok(), "{r:?}");
+        assert!(!outside.join("pwned").exists(), "wrote through to the host");
+        let _ = std::fs::remove_dir_all(&outside);
     }
 
     #[rstest]

@@ -1,9 +1,10 @@
 //! Guest-path resolution: what a path means *inside* a sandbox, computed on
 //! the host.
 //!
-//! A sandbox's root is a host scratch directory with a few host directories
-//! (`/usr`, `/etc`, ...) bound read-only over it, plus `/dev` and `/proc`
-//! that exist only inside its namespaces. Host-side code that touches guest
+//! A sandbox's root is a host scratch directory with its image's rootfs
+//! directories (`/usr`, `/etc`, `/opt`, ...: host lower + shared upper, see
+//! `image_layer`) mounted over it, plus `/dev` and `/proc` that exist only
+//! inside its namespaces. Host-side code that touches guest
 //! files (the fs ops, the exec's PATH lookup) must resolve paths the way the
 //! guest kernel would: `..` stops at the guest root, and a symlink's target —
 //! absolute or relative — is interpreted in the guest's tree, never the
@@ -14,6 +15,9 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use super::image_layer::ImageLayer;
 
 /// Symlinks followed before giving up, as the kernel's `MAXSYMLINKS`.
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -27,8 +31,9 @@ const SPECIAL: [&str; 2] = ["dev", "proc"];
 pub enum Region {
     /// The sandbox's private, writable scratch tree.
     Scratch,
-    /// A host directory bound read-only (same path on the host).
-    ReadOnly,
+    /// The image's rootfs (`/usr`, `/etc`, `/opt`...), shared by every
+    /// sandbox of the image.
+    Image,
     /// `/dev` or `/proc`: per-exec mounts, unreachable from the host.
     Special,
 }
@@ -39,7 +44,9 @@ pub struct Resolved {
     /// Absolute, normalised guest path containing no symlinks.
     pub guest: PathBuf,
     pub region: Region,
-    /// Where the guest path lives on the host (meaningless for `Special`).
+    /// Where the guest path lives on the host (meaningless for `Special`;
+    /// for `Image`, the topmost layer holding it, or a path that exists
+    /// nowhere when it does not exist).
     pub host: PathBuf,
 }
 
@@ -58,14 +65,18 @@ pub enum ResolveError {
 #[derive(Debug, Clone)]
 pub struct GuestView {
     root: PathBuf,
-    read_only: Vec<String>,
+    layer: Arc<ImageLayer>,
 }
 
 impl GuestView {
-    /// `root` is the scratch directory; `read_only` the top-level names bound
-    /// read-only from the host (e.g. `usr`, `etc`).
-    pub fn new(root: PathBuf, read_only: Vec<String>) -> GuestView {
-        GuestView { root, read_only }
+    /// `root` is the scratch directory; `layer` the image's rootfs layer.
+    pub fn new(root: PathBuf, layer: Arc<ImageLayer>) -> GuestView {
+        GuestView { root, layer }
+    }
+
+    /// The image's shared rootfs layer.
+    pub fn layer(&self) -> &ImageLayer {
+        &self.layer
     }
 
     /// The scratch directory on the host.
@@ -84,8 +95,8 @@ impl GuestView {
             .unwrap_or_default();
         if SPECIAL.contains(&first.as_str()) {
             Region::Special
-        } else if self.read_only.contains(&first) {
-            Region::ReadOnly
+        } else if self.layer.dir(&first).is_some() {
+            Region::Image
         } else {
             Region::Scratch
         }
@@ -94,7 +105,10 @@ impl GuestView {
     /// Host location of an absolute, normalised guest path.
     pub fn host_path(&self, guest: &Path) -> PathBuf {
         match self.region_of(guest) {
-            Region::ReadOnly => guest.to_path_buf(),
+            Region::Image => match self.layer.lookup(guest) {
+                Some(found) => found.path().to_path_buf(),
+                None => self.layer.nowhere(guest),
+            },
             Region::Scratch | Region::Special => {
                 self.root.join(guest.strip_prefix("/").unwrap_or(guest))
             }
@@ -216,10 +230,13 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn view() -> (tempdir::Dir, GuestView) {
+    use crate::sandbox_double::image_layer::testing::TempLayer;
+
+    fn view() -> ((tempdir::Dir, TempLayer), GuestView) {
         let dir = tempdir::Dir::new();
-        let v = GuestView::new(dir.path.clone(), vec!["usr".into(), "etc".into()]);
-        (dir, v)
+        let layer = TempLayer::new();
+        let v = GuestView::new(dir.path.clone(), layer.0.clone());
+        ((dir, layer), v)
     }
 
     /// Minimal self-cleaning temp dir (no extra dev-dependency needed).
@@ -247,7 +264,7 @@ mod tests {
         let (_d, v) = view();
         let r = v.resolve("/../../../etc/passwd", true).expect("resolves");
         assert_eq!(r.guest, PathBuf::from("/etc/passwd"));
-        assert_eq!(r.region, Region::ReadOnly);
+        assert_eq!(r.region, Region::Image);
         assert_eq!(r.host, PathBuf::from("/etc/passwd"));
         let r = v.resolve("/tmp/../../x", true).expect("resolves");
         assert_eq!(r.guest, PathBuf::from("/x"));
@@ -256,38 +273,38 @@ mod tests {
 
     #[test]
     fn absolute_symlinks_are_guest_relative() {
-        let (d, v) = view();
+        let ((d, _l), v) = view();
         std::fs::create_dir_all(d.path.join("tmp")).expect("mkdir");
         // A link to "/" must mean the sandbox root, not the host's.
         symlink("/", d.path.join("tmp/up")).expect("symlink");
-        let r = v.resolve("/tmp/up/home/secret", true).expect("resolves");
-        assert_eq!(r.guest, PathBuf::from("/home/secret"));
-        assert_eq!(r.host, d.path.join("home/secret"));
+        let r = v.resolve("/tmp/up/newtop/secret", true).expect("resolves");
+        assert_eq!(r.guest, PathBuf::from("/newtop/secret"));
+        assert_eq!(r.host, d.path.join("newtop/secret"));
         assert_eq!(r.region, Region::Scratch);
     }
 
     #[test]
     fn relative_symlinks_climb_only_to_the_guest_root() {
-        let (d, v) = view();
+        let ((d, _l), v) = view();
         std::fs::create_dir_all(d.path.join("a/b")).expect("mkdir");
-        symlink("../../../../../../root", d.path.join("a/b/l")).expect("symlink");
+        symlink("../../../../../../private", d.path.join("a/b/l")).expect("symlink");
         let r = v.resolve("/a/b/l/.bashrc", true).expect("resolves");
-        assert_eq!(r.guest, PathBuf::from("/root/.bashrc"));
-        assert_eq!(r.host, d.path.join("root/.bashrc"));
+        assert_eq!(r.guest, PathBuf::from("/private/.bashrc"));
+        assert_eq!(r.host, d.path.join("private/.bashrc"));
     }
 
     #[test]
-    fn symlinks_into_read_only_binds_land_there() {
-        let (d, v) = view();
+    fn symlinks_into_the_image_rootfs_land_there() {
+        let ((d, _l), v) = view();
         symlink("usr/bin", d.path.join("bin")).expect("symlink");
         let r = v.resolve("/bin/sh", true).expect("resolves");
-        assert_eq!(r.region, Region::ReadOnly);
+        assert_eq!(r.region, Region::Image);
         assert!(r.guest.starts_with("/usr/bin"));
     }
 
     #[test]
     fn final_symlink_kept_without_follow() {
-        let (d, v) = view();
+        let ((d, _l), v) = view();
         symlink("/etc", d.path.join("e")).expect("symlink");
         let r = v.resolve("/e", false).expect("resolves");
         assert_eq!(r.guest, PathBuf::from("/e"));
@@ -298,7 +315,7 @@ mod tests {
 
     #[test]
     fn loops_and_bad_input_are_errors() {
-        let (d, v) = view();
+        let ((d, _l), v) = view();
         symlink("/l2", d.path.join("l1")).expect("symlink");
         symlink("/l1", d.path.join("l2")).expect("symlink");
         assert_eq!(v.resolve("/l1/x", true), Err(ResolveError::Loop));

@@ -1,13 +1,16 @@
 //! Namespaced process spawning: the double's stand-in for a microVM.
 //!
 //! Each sandbox owns a host scratch directory that serves as the root of
-//! every exec (hakoniwa `rootdir` + `Runctl::RootdirRW`), with the host's
-//! `/usr`, `/etc` (and `/bin`, `/lib`... when they are real directories)
-//! bound read-only, a fresh devfs at `/dev` and a procfs at `/proc`. Files a
-//! guest writes anywhere else (`/tmp/x`, `/node_modules/...`, `/newdir/f`)
-//! land in the scratch directory: they persist across that sandbox's execs,
-//! no other sandbox sees them, and they vanish when it stops. The network
-//! namespace is the host's, so guests reach the engine on 127.0.0.1.
+//! every exec (hakoniwa `rootdir` + `Runctl::RootdirRW`). Over it go its
+//! image's rootfs directories (`/usr`, `/etc`, `/opt`, `/root`, `/var`...:
+//! overlays of the host's directories and the image's one shared writable
+//! layer, see `image_layer`), a fresh devfs at `/dev` and a procfs at
+//! `/proc`. Writes into the image rootfs are seen by every sandbox of the
+//! image, as on the daemon; the host's files are never touched. Files a
+//! guest writes anywhere else (`/tmp/x`, `/run/x`, `/newdir/f`) land in the
+//! scratch directory: they persist across that sandbox's execs, no other
+//! sandbox sees them, and they vanish when it stops. The network namespace
+//! is the host's, so guests reach the engine on 127.0.0.1.
 //!
 //! Every exec runs in its own mount, user and PID namespace. PID 1 there is
 //! a tiny init (a closure of this process) that forks the guest program,
@@ -33,11 +36,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use hakoniwa::{Container, Namespace, Runctl, Stdio};
+use hakoniwa::{Container, MountOptions, Namespace, Runctl, Stdio};
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
 use super::guest_path::GuestView;
+use super::image_layer::{ExecWorkdirs, ImageLayer};
 
 /// Each stream is silently cut at 1 MiB, as the daemon's output sink does.
 pub const OUTPUT_CAP: usize = 1_048_576;
@@ -46,10 +50,11 @@ pub const OUTPUT_CAP: usize = 1_048_576;
 const INIT_FAILURE: i32 = 125;
 
 /// Linux capability number of CAP_SYS_ADMIN, dropped from the guest's
-/// bounding set so guest root cannot remount the read-only binds.
+/// bounding set so guest root cannot unmount or remount its rootfs.
 const CAP_SYS_ADMIN: libc::c_ulong = 21;
 
-/// Top-level host directories a guest may see. `usr` and `etc` are required.
+/// Top-level host directories an image rootfs is layered over. `usr` and
+/// `etc` are required.
 const HOST_DIRS: [&str; 8] = [
     "usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "libx32",
 ];
@@ -57,8 +62,8 @@ const HOST_DIRS: [&str; 8] = [
 /// How the host's top level maps into every sandbox.
 #[derive(Debug, Clone)]
 pub struct HostLayout {
-    /// Names bound read-only (real directories on the host).
-    pub read_only: Vec<String>,
+    /// Names overlaid from the host (real directories there).
+    pub lowered: Vec<String>,
     /// Names that are symlinks on the host (e.g. `bin -> usr/bin` on a
     /// merged-/usr system); recreated as the same symlinks in each scratch.
     pub symlinks: Vec<(String, PathBuf)>,
@@ -68,7 +73,7 @@ impl HostLayout {
     /// Reads the host's top level. Errors when `/usr` or `/etc` is missing:
     /// without them no guest program can run.
     pub fn detect() -> Result<HostLayout, String> {
-        let mut read_only = Vec::new();
+        let mut lowered = Vec::new();
         let mut symlinks = Vec::new();
         for name in HOST_DIRS {
             let p = Path::new("/").join(name);
@@ -80,18 +85,15 @@ impl HostLayout {
                     symlinks.push((name.to_string(), target));
                 }
             } else if meta.is_dir() {
-                read_only.push(name.to_string());
+                lowered.push(name.to_string());
             }
         }
         for required in ["usr", "etc"] {
-            if !read_only.iter().any(|n| n == required) {
-                return Err(format!("host has no /{required} directory to bind"));
+            if !lowered.iter().any(|n| n == required) {
+                return Err(format!("host has no /{required} directory to layer"));
             }
         }
-        Ok(HostLayout {
-            read_only,
-            symlinks,
-        })
+        Ok(HostLayout { lowered, symlinks })
     }
 }
 
@@ -102,19 +104,21 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Creates `temp_dir()/scr-sandbox-<id>` with the guest's skeleton: mount
-    /// points, host symlinks, a sticky `/tmp`, and `/root` as HOME.
-    pub fn create(layout: &HostLayout, id: Uuid) -> std::io::Result<Scratch> {
+    /// Creates `temp_dir()/scr-sandbox-<id>` with the guest's skeleton:
+    /// mount points for the image's rootfs directories, host symlinks, and
+    /// the private `/tmp` and `/run`.
+    pub fn create(
+        layout: &HostLayout,
+        layer: Arc<ImageLayer>,
+        id: Uuid,
+    ) -> std::io::Result<Scratch> {
         let root = std::env::temp_dir().join(format!("scr-sandbox-{id}"));
         std::fs::create_dir(&root)?;
         let result = (|| {
             std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
             for (dir, mode) in [
                 ("tmp", 0o1777),
-                ("root", 0o700),
                 ("run", 0o755),
-                ("var", 0o755),
-                ("var/tmp", 0o1777),
                 ("dev", 0o755),
                 ("proc", 0o555),
             ] {
@@ -122,8 +126,8 @@ impl Scratch {
                 std::fs::create_dir(&p)?;
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
             }
-            for name in &layout.read_only {
-                std::fs::create_dir(root.join(name))?;
+            for d in layer.dirs() {
+                std::fs::create_dir(root.join(&d.name))?;
             }
             for (name, target) in &layout.symlinks {
                 symlink(target, root.join(name))?;
@@ -135,7 +139,7 @@ impl Scratch {
             return Err(e);
         }
         Ok(Scratch {
-            view: GuestView::new(root, layout.read_only.clone()),
+            view: GuestView::new(root, layer),
         })
     }
 
@@ -285,6 +289,10 @@ type SpawnReply = oneshot::Sender<hakoniwa::Result<hakoniwa::Child>>;
 /// Spawns sandboxed processes from one long-lived thread (see module docs).
 pub struct Isolation {
     layout: HostLayout,
+    /// The double's own state: `<temp>/scr-double-<uuid>/<image>/...`.
+    state: PathBuf,
+    /// One shared writable layer per image, created on first use.
+    layers: Mutex<std::collections::HashMap<String, Arc<ImageLayer>>>,
     jobs: Mutex<Option<mpsc::Sender<(hakoniwa::Command, SpawnReply)>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -307,8 +315,13 @@ impl Isolation {
                 }
             })
             .map_err(|e| format!("cannot start the spawner thread: {e}"))?;
+        let state = std::env::temp_dir().join(format!("scr-double-{}", Uuid::new_v4()));
+        std::fs::create_dir(&state)
+            .map_err(|e| format!("cannot create the double's state directory: {e}"))?;
         Ok(Isolation {
             layout,
+            state,
+            layers: Mutex::new(std::collections::HashMap::new()),
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -319,13 +332,46 @@ impl Isolation {
         &self.layout
     }
 
+    /// The shared writable rootfs layer of `image`, created on first use.
+    pub fn layer(&self, image: &str) -> std::io::Result<Arc<ImageLayer>> {
+        let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = layers.get(image) {
+            return Ok(l.clone());
+        }
+        let layer = Arc::new(ImageLayer::create(
+            self.state.join(format!("image-{image}")),
+            &self.layout,
+        )?);
+        layers.insert(image.to_string(), layer.clone());
+        Ok(layer)
+    }
+
+    /// A new sandbox of `image`: its private scratch over the image layer.
+    pub fn scratch(&self, image: &str, id: Uuid) -> std::io::Result<Scratch> {
+        Scratch::create(&self.layout, self.layer(image)?, id)
+    }
+
+    /// Deletes every image layer and the state directory. Only once no
+    /// sandbox is left.
+    pub fn discard_state(&self) {
+        self.layers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+
     /// Proves that a sandboxed process really runs in its own root: it
     /// writes `/tmp/<marker>`, which must land in a scratch directory and
     /// not in the host's /tmp, and its parent must be PID 1. Any failure
     /// means isolation is unavailable and the double must not start.
     pub async fn probe(&self) -> Result<(), String> {
         let id = Uuid::new_v4();
-        let scratch = Scratch::create(&self.layout, id)
+        let layer = Arc::new(
+            ImageLayer::create(self.state.join(format!("probe-{id}")), &self.layout)
+                .map_err(|e| format!("cannot create an image layer: {e}"))?,
+        );
+        let scratch = Scratch::create(&self.layout, layer.clone(), id)
             .map_err(|e| format!("cannot create a scratch directory: {e}"))?;
         let marker = format!("isolation-probe-{id}");
         let spec = ExecSpec {
@@ -333,7 +379,7 @@ impl Isolation {
             argv: vec![
                 "sh".into(),
                 "-c".into(),
-                format!("echo ok > /tmp/{marker} && echo $PPID"),
+                format!("echo ok > /tmp/{marker} && echo ok > /usr/{marker} && echo $PPID"),
             ],
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             workdir: "/".into(),
@@ -361,6 +407,14 @@ impl Isolation {
             }
             if std::env::temp_dir().join(&marker).exists() {
                 return Err("a guest write to /tmp reached the host's /tmp".into());
+            }
+            if Path::new("/usr").join(&marker).exists() {
+                let _ = std::fs::remove_file(Path::new("/usr").join(&marker));
+                return Err("a guest write to /usr reached the host's /usr".into());
+            }
+            let in_layer = layer.dir("usr").map(|d| d.upper.join(&marker));
+            if !in_layer.is_some_and(|p| p.is_file()) {
+                return Err("a guest write to /usr did not land in the image layer".into());
             }
             if stdout != "1" {
                 return Err(format!(
@@ -391,13 +445,23 @@ impl Isolation {
         }
         .await;
         let _ = scratch.remove();
-        result.map_err(|e| format!("namespace isolation is unavailable on this host: {e}"))
+        let _ = layer.remove();
+        result.map_err(|e| {
+            format!("namespace isolation (user namespaces with overlayfs) is unavailable on this host: {e}")
+        })
     }
 
     /// Starts `spec` inside `scratch`'s sandbox. The output is collected on
     /// helper threads; see [`Running::outcome`].
     pub async fn spawn(&self, scratch: &Scratch, spec: &ExecSpec) -> std::io::Result<Running> {
-        let mut cmd = self.command(scratch, spec)?;
+        let workdirs = scratch.view().layer().workdirs()?;
+        let mut cmd = match self.command(scratch, spec, &workdirs) {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                workdirs.remove();
+                return Err(e);
+            }
+        };
         cmd.current_dir(&spec.workdir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -405,16 +469,28 @@ impl Isolation {
         let (tx, rx) = oneshot::channel();
         {
             let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(jobs) = jobs.as_ref() else {
-                return Err(std::io::Error::other("the double is shutting down"));
+            let sent = match jobs.as_ref() {
+                None => Err(std::io::Error::other("the double is shutting down")),
+                Some(jobs) => jobs
+                    .send((cmd, tx))
+                    .map_err(|_| std::io::Error::other("the spawner thread is gone")),
             };
-            jobs.send((cmd, tx))
-                .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+            if let Err(e) = sent {
+                workdirs.remove();
+                return Err(e);
+            }
         }
-        let mut child = rx
+        let spawned = rx
             .await
-            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+            .map_err(|_| std::io::Error::other("the spawner thread is gone"))
+            .and_then(|r| r.map_err(|e| std::io::Error::other(e.to_string())));
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                workdirs.remove();
+                return Err(e);
+            }
+        };
 
         let outer_pid = child.id() as libc::pid_t;
         let outer = pidfd_open(outer_pid);
@@ -450,6 +526,8 @@ impl Isolation {
                     Ok(status) => ExitKind::ContainerFailure(status.reason),
                     Err(e) => ExitKind::ContainerFailure(e.to_string()),
                 };
+                // The namespace is gone: its overlays no longer use these.
+                workdirs.remove();
                 let _ = done_tx.send(true);
                 let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
                     h.and_then(|h| h.join().ok()).unwrap_or_default()
@@ -472,7 +550,12 @@ impl Isolation {
 
     /// The hakoniwa command for `spec`: namespaces, mounts, and the init
     /// closure that runs the program.
-    fn command(&self, scratch: &Scratch, spec: &ExecSpec) -> std::io::Result<hakoniwa::Command> {
+    fn command(
+        &self,
+        scratch: &Scratch,
+        spec: &ExecSpec,
+        workdirs: &ExecWorkdirs,
+    ) -> std::io::Result<hakoniwa::Command> {
         let nul = |what: &str| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -499,9 +582,38 @@ impl Isolation {
             .rootdir(scratch.path())
             .runctl(Runctl::RootdirRW)
             .runctl(Runctl::MountFallback);
-        for name in &self.layout.read_only {
-            let p = format!("/{name}");
-            container.bindmount_ro(&p, &p);
+        let path = |p: &Path| {
+            p.to_str().map(str::to_string).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("non-UTF-8 layer path {}", p.display()),
+                )
+            })
+        };
+        for d in scratch.view().layer().dirs() {
+            let target = format!("/{}", d.name);
+            let upper = path(&d.upper)?;
+            match &d.lower {
+                // `userxattr`: whiteouts and opaque directories work inside
+                // the exec's user namespace.
+                Some(lower) => {
+                    let data = format!(
+                        "lowerdir={},upperdir={upper},workdir={},userxattr",
+                        path(lower)?,
+                        path(&workdirs.for_dir(&d.name))?,
+                    );
+                    container.mount(
+                        "overlay",
+                        &target,
+                        "overlay",
+                        MountOptions::NOSUID,
+                        Some(data),
+                    );
+                }
+                None => {
+                    container.bindmount_rw(&upper, &target);
+                }
+            }
         }
         container.devfsmount("/dev");
         let network = spec.network;
@@ -532,6 +644,7 @@ impl Drop for Isolation {
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
+        self.discard_state();
     }
 }
 
@@ -725,8 +838,8 @@ mod tests {
     #[tokio::test]
     async fn files_persist_per_scratch_and_stay_private() {
         let iso = Isolation::new().expect("isolation");
-        let a = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch a");
-        let b = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch b");
+        let a = iso.scratch("python", Uuid::new_v4()).expect("scratch a");
+        let b = iso.scratch("python", Uuid::new_v4()).expect("scratch b");
         let write = "mkdir -p /node_modules/x /newdir && echo 1 > /tmp/f && echo 2 > /node_modules/x/y && echo 3 > /newdir/z";
         let o = iso
             .spawn(&a, &sh(write))
@@ -763,7 +876,7 @@ mod tests {
     #[tokio::test]
     async fn signals_map_to_128_plus_and_background_jobs_die_with_the_exec() {
         let iso = Isolation::new().expect("isolation");
-        let s = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch");
+        let s = iso.scratch("python", Uuid::new_v4()).expect("scratch");
         let o = iso
             .spawn(&s, &sh("kill -9 $$"))
             .await
@@ -793,7 +906,7 @@ mod tests {
     #[tokio::test]
     async fn kill_and_wait_leaves_no_process() {
         let iso = Isolation::new().expect("isolation");
-        let s = Scratch::create(iso.layout(), Uuid::new_v4()).expect("scratch");
+        let s = iso.scratch("python", Uuid::new_v4()).expect("scratch");
         let marker = format!(
             "{}.{}",
             5000 + rand::random::<u16>() % 1000,
@@ -820,7 +933,7 @@ mod tests {
     #[test]
     fn layout_requires_usr_and_etc() {
         let layout = HostLayout::detect().expect("this host has /usr and /etc");
-        assert!(layout.read_only.iter().any(|n| n == "usr"));
-        assert!(layout.read_only.iter().any(|n| n == "etc"));
+        assert!(layout.lowered.iter().any(|n| n == "usr"));
+        assert!(layout.lowered.iter().any(|n| n == "etc"));
     }
 }

@@ -10,12 +10,13 @@ use uuid::Uuid;
 
 use super::error::SandboxError;
 use super::exec::{parse_kv, EnvShape};
-use super::isolation::{Isolation, Scratch};
+use super::isolation::Isolation;
 use super::limits::SandboxLimits;
 use super::registry::{capacity_error, Entry, Registry, StopClaim, Summary};
 
 /// Catalog presets: name, OCI ref. The double runs them on the host's
-/// `/usr/bin/node` and `/usr/bin/python3` (Debian's, with pip).
+/// `/usr/bin/node` and `/usr/bin/python3` (Debian's, with pip), each image
+/// with its own shared writable rootfs layer.
 pub const PRESETS: [(&str, &str); 2] = [
     ("python", "docker.io/iiidev/python:latest"),
     ("node", "docker.io/iiidev/node:latest"),
@@ -124,10 +125,11 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
         env = env.iter().map(|kv| rewrite_loopback(kv, GATEWAY)).collect();
     }
     let id = Uuid::new_v4();
-    let layout = d.isolation.layout().clone();
-    let scratch = tokio::task::spawn_blocking(move || Scratch::create(&layout, id))
-        .await
-        .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?
+    // A handful of mkdirs (the image layer's only on first use): cheap
+    // enough to do inline.
+    let scratch = d
+        .isolation
+        .scratch(&req.image, id)
         .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?;
     let entry = Entry::new(
         req.name,

@@ -7,6 +7,7 @@
 //! - `error`: the S-code envelope.
 //! - `registry`: the sandbox table, idle clock, stop sequence and reaper.
 //! - `isolation`: namespaced process spawning on per-sandbox scratch roots.
+//! - `image_layer`: each image's one shared writable rootfs layer.
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
 
@@ -14,6 +15,7 @@ pub mod error;
 pub mod exec;
 pub mod fs_ops;
 pub mod guest_path;
+pub mod image_layer;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
@@ -218,6 +220,7 @@ impl SandboxDouble {
             });
             let _ = stopping.await;
         }
+        self.daemon.isolation.discard_state();
         self.client.shutdown_async().await;
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
@@ -241,6 +244,7 @@ impl Drop for SandboxDouble {
         for work in self.daemon.registry.close_and_claim_all() {
             work.kill_now();
         }
+        self.daemon.isolation.discard_state();
         // `shutdown_async` never actually suspends: polling it once runs it.
         let _ = futures_util::FutureExt::now_or_never(self.client.shutdown_async());
         rt.shutdown_background();

@@ -423,12 +423,17 @@ pub async fn run_reaper(
 mod tests {
     use super::*;
     use crate::sandbox_double::error::SCode;
+    use crate::sandbox_double::image_layer::testing::TempLayer;
     use crate::sandbox_double::isolation::HostLayout;
+
+    /// One layer for every test here (none of them writes into it).
+    static TEST_LAYER: std::sync::OnceLock<TempLayer> = std::sync::OnceLock::new();
 
     fn entry(idle_secs: u64) -> (Uuid, Entry) {
         let id = Uuid::new_v4();
         let layout = HostLayout::detect().expect("host layout");
-        let scratch = Scratch::create(&layout, id).expect("scratch");
+        let layer = TEST_LAYER.get_or_init(TempLayer::new).0.clone();
+        let scratch = Scratch::create(&layout, layer, id).expect("scratch");
         (
             id,
             Entry::new(

@@ -1,5 +1,7 @@
 //! Helpers shared by the conformance crate's integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
+
+pub mod sdk_cache;
 
 use iii_sdk::IIIClient;
 
