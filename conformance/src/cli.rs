@@ -41,7 +41,8 @@ pub struct BenchCompareArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Engine port on 127.0.0.1; 0 picks a free one.
+    /// Engine port on 127.0.0.2 (host-only; a guest listener opens on a free
+    /// 127.0.0.1 port); 0 picks a free one.
     #[arg(long, default_value_t = 49134)]
     pub port: u16,
     /// Connect the daemon double to this (real) engine instead of starting
@@ -114,6 +115,9 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     println!("{}", bench.url());
+    if let Some(guest) = bench.guest_url() {
+        tracing::info!(%guest, "guest listener (RBAC; give it to the worker as guest_url / III_GUEST_URL)");
+    }
     wait_for_signal().await;
     tracing::info!("stopping: every sandbox this bench started is stopped");
     bench.shutdown().await;
