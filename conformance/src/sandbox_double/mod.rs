@@ -17,6 +17,7 @@ pub mod guest_path;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
+pub mod network;
 pub mod registry;
 pub mod run;
 
