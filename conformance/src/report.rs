@@ -148,7 +148,10 @@ impl Report {
     pub fn summarize_by_level(cases: &[CaseReport], gate: LevelGate) -> BTreeMap<String, Summary> {
         let mut groups: BTreeMap<String, Vec<CaseReport>> = BTreeMap::new();
         for c in cases {
-            groups.entry(level_key(c.level)).or_default().push(c.clone());
+            groups
+                .entry(level_key(c.level))
+                .or_default()
+                .push(c.clone());
         }
         groups
             .into_iter()
@@ -333,12 +336,20 @@ impl Report {
             ),
             Verdict::Fail => format!(
                 "      <failure message=\"{}\" type=\"fail\">{}</failure>\n",
-                xml(&first_line(if message.is_empty() { "failed" } else { message })),
+                xml(&first_line(if message.is_empty() {
+                    "failed"
+                } else {
+                    message
+                })),
                 xml(message)
             ),
             Verdict::Stale => format!(
                 "      <failure message=\"{}\" type=\"stale-expectation\">{}</failure>\n",
-                xml(&first_line(if message.is_empty() { "stale" } else { message })),
+                xml(&first_line(if message.is_empty() {
+                    "stale"
+                } else {
+                    message
+                })),
                 xml(message)
             ),
             Verdict::Skip => format!(

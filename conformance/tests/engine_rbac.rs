@@ -158,7 +158,12 @@ async fn rbac_checks(main_url: &str, guest_url: &str) {
     let mut ws = connect(guest_url, "good").await;
     let allowed = invoke(&mut ws, "pub::open").await;
     assert_eq!(allowed["result"], json!({"ok": true}), "{allowed}");
-    let input = seen.lock().unwrap().last().cloned().expect("auth was called");
+    let input = seen
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .expect("auth was called");
     assert_eq!(input["query_params"], json!({"token": ["good"]}), "{input}");
     assert_eq!(input["ip_address"], "127.0.0.1", "{input}");
     assert!(input["headers"].is_object(), "{input}");
@@ -175,7 +180,10 @@ async fn rbac_checks(main_url: &str, guest_url: &str) {
         "forbidden beats allowed and exposed: {forbidden}"
     );
     assert_eq!(forbidden["function_id"], "pub::secret");
-    assert!(forbidden.get("result").is_none_or(Value::is_null), "{forbidden}");
+    assert!(
+        forbidden.get("result").is_none_or(Value::is_null),
+        "{forbidden}"
+    );
     let denied = invoke(&mut ws, "other::x").await;
     assert_eq!(
         denied["error"],
@@ -215,9 +223,15 @@ async fn rbac_checks(main_url: &str, guest_url: &str) {
     );
     // deny::x was sent first, so its hook answer is in by now.
     let refused = trusted
-        .trigger(req("engine::functions::info", json!({"function_id": "deny::x"})))
+        .trigger(req(
+            "engine::functions::info",
+            json!({"function_id": "deny::x"}),
+        ))
         .await;
-    assert!(refused.is_err(), "the hook refused deny::x, yet it is listed: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "the hook refused deny::x, yet it is listed: {refused:?}"
+    );
     drop(ws);
 
     // ---- a refused connection ----
@@ -236,7 +250,10 @@ async fn rbac_checks(main_url: &str, guest_url: &str) {
     pre.send(Message::Text(frame.to_string().into()))
         .await
         .unwrap();
-    assert!(visible(&trusted, "g1::mine", true).await, "listed as g1::mine");
+    assert!(
+        visible(&trusted, "g1::mine", true).await,
+        "listed as g1::mine"
+    );
     let call = tokio::spawn({
         let trusted = trusted.clone();
         async move { trusted.trigger(req("g1::mine", json!({"n": 1}))).await }
@@ -247,13 +264,18 @@ async fn rbac_checks(main_url: &str, guest_url: &str) {
             break m;
         }
     };
-    assert_eq!(forwarded["function_id"], "mine", "prefix stripped: {forwarded}");
+    assert_eq!(
+        forwarded["function_id"], "mine",
+        "prefix stripped: {forwarded}"
+    );
     let answer = json!({"type": "invocationresult", "invocation_id": forwarded["invocation_id"], "function_id": "mine", "result": {"mine": true}});
     pre.send(Message::Text(answer.to_string().into()))
         .await
         .unwrap();
     assert_eq!(
-        call.await.unwrap().expect("the trusted worker reaches g1::mine"),
+        call.await
+            .unwrap()
+            .expect("the trusted worker reaches g1::mine"),
         json!({"mine": true})
     );
     let own = invoke(&mut pre, "g1::mine").await;

@@ -37,15 +37,34 @@ async fn every_case_runs_on_a_real_engine_binary() {
     let unexpected: Vec<String> = report
         .unexpected()
         .iter()
-        .map(|c| format!("{} {}: {}", c.verdict.label(), c.id, c.message.as_deref().unwrap_or("")))
+        .map(|c| {
+            format!(
+                "{} {}: {}",
+                c.verdict.label(),
+                c.id,
+                c.message.as_deref().unwrap_or("")
+            )
+        })
         .collect();
-    assert!(unexpected.is_empty(), "unexpected results:\n{}", unexpected.join("\n"));
+    assert!(
+        unexpected.is_empty(),
+        "unexpected results:\n{}",
+        unexpected.join("\n")
+    );
     let private_skips: Vec<&str> = report
         .cases
         .iter()
         .filter(|c| c.verdict == Verdict::Skip)
-        .filter(|c| c.reason.as_deref().unwrap_or("").contains("private environment"))
+        .filter(|c| {
+            c.reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("private environment")
+        })
         .map(|c| c.id.as_str())
         .collect();
-    assert!(private_skips.is_empty(), "skipped for want of a private environment: {private_skips:?}");
+    assert!(
+        private_skips.is_empty(),
+        "skipped for want of a private environment: {private_skips:?}"
+    );
 }

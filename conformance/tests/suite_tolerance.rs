@@ -141,7 +141,12 @@ async fn a_function_the_worker_does_not_publish_fails_only_the_cases_needing_it(
         "run.validation.bad-lang",
         "schema.teardown",
     ] {
-        assert_eq!(case(id).verdict, Verdict::Pass, "{id}: {:?}", case(id).message);
+        assert_eq!(
+            case(id).verdict,
+            Verdict::Pass,
+            "{id}: {:?}",
+            case(id).message
+        );
     }
     assert_eq!(report.summary.unexpected, 2, "{:?}", report.summary);
     w.stop().await;
@@ -159,17 +164,26 @@ async fn a_draft_profile_of_a_live_worker_loads_and_states_what_it_shows() {
     assert_eq!(t.name, "draft");
     assert_eq!(t.prefix, "sandbox-code-runner");
     for f in FUNCTIONS {
-        assert!(t.functions.iter().any(|x| x == f), "{f} in {:?}", t.functions);
+        assert!(
+            t.functions.iter().any(|x| x == f),
+            "{f} in {:?}",
+            t.functions
+        );
     }
     let value = |k: &str| t.profile.get(k).map(|f| f.value.clone());
-    assert_eq!(value("error_envelope"), Some(serde_json::json!("code_field")));
+    assert_eq!(
+        value("error_envelope"),
+        Some(serde_json::json!("code_field"))
+    );
     assert_eq!(value("langs"), Some(serde_json::json!(["node", "python"])));
     assert_eq!(value("keep"), Some(serde_json::json!(true)));
     assert_eq!(value("run_result_field"), Some(serde_json::json!(false)));
     assert!(t.profile["error_envelope"].source.starts_with("observed:"));
     // Unobservable values are the seed's, and say so.
     assert_eq!(value("network"), Some(serde_json::json!(true)));
-    assert!(t.profile["network"].source.contains("seed 000 default (not observable"));
+    assert!(t.profile["network"]
+        .source
+        .contains("seed 000 default (not observable"));
     // Values the seeds leave open are offered commented out.
     assert!(value("code_max_bytes").is_none());
     assert!(text.contains("# code_max_bytes:"), "{text}");

@@ -8,19 +8,19 @@ use std::path::PathBuf;
 
 use code_runner_conformance::report::{CaseReport, LevelGate, Report};
 use code_runner_conformance::suite::case::{glob_match, load_cases, Case, Level};
-use code_runner_conformance::suite::published::Published;
-use code_runner_conformance::suite::runner::{got_error, got_response, truncate_middle};
-use code_runner_conformance::suite::{Mode, SuiteError, SuiteOptions};
 use code_runner_conformance::suite::errors::{
     classify, closed_world_observed, closed_world_static, Envelope, ErrorEntry, ErrorTable,
     Observed,
 };
 use code_runner_conformance::suite::expectations::{Expectations, Expected, Verdict};
 use code_runner_conformance::suite::matcher::Matcher;
+use code_runner_conformance::suite::published::Published;
+use code_runner_conformance::suite::runner::{got_error, got_response, truncate_middle};
 use code_runner_conformance::suite::schema::{differences, normalize};
 use code_runner_conformance::suite::target::Target;
 use code_runner_conformance::suite::vars::Vars;
 use code_runner_conformance::suite::{closed_world_static as target_closed_world, load, Golden};
+use code_runner_conformance::suite::{Mode, SuiteError, SuiteOptions};
 use rstest::rstest;
 use serde_json::{json, Value};
 
@@ -399,15 +399,30 @@ const STEPS: &str = "steps:\n  - trigger: run\n    payload: {lang: python, code:
     "level: contract\nsources: ['seed-001 register_function: \"Re-registering an id replaces it.\"']\n",
     true
 )]
-#[case::contract_paraphrasing("level: contract\nsources: ['seed-000: Running code — outbound network']\n", false)]
-#[case::contract_citing_only_our_doc("level: contract\nsources: ['docs/contract.md: run — x']\n", false)]
-#[case::contract_quoting_a_fragment("level: contract\nsources: ['seed-000 Errors: \"capacity\"']\n", false)]
-#[case::recommended_without_seed("level: recommended\nsources: ['docs/contract.md: Output caps — x']\n", true)]
+#[case::contract_paraphrasing(
+    "level: contract\nsources: ['seed-000: Running code — outbound network']\n",
+    false
+)]
+#[case::contract_citing_only_our_doc(
+    "level: contract\nsources: ['docs/contract.md: run — x']\n",
+    false
+)]
+#[case::contract_quoting_a_fragment(
+    "level: contract\nsources: ['seed-000 Errors: \"capacity\"']\n",
+    false
+)]
+#[case::recommended_without_seed(
+    "level: recommended\nsources: ['docs/contract.md: Output caps — x']\n",
+    true
+)]
 #[case::profile_without_requirement("level: profile\nsources: []\n", false)]
 #[case::profile_with_requirement("level: profile\nrequires: [\"code_max_bytes=1048576\"]\n", true)]
 #[case::no_level("sources: []\n", false)]
 #[case::unknown_level("level: mandatory\n", false)]
-#[case::citing_the_shared_spec("level: recommended\nsources: ['worker-contract: run — x']\n", false)]
+#[case::citing_the_shared_spec(
+    "level: recommended\nsources: ['worker-contract: run — x']\n",
+    false
+)]
 fn levels_are_required_and_contract_cases_quote_a_seed(#[case] head: &str, #[case] valid: bool) {
     let yaml = format!("id: t.case\nsince: 0.1.0\n{head}{STEPS}");
     let r = case_from(&yaml);
@@ -454,7 +469,12 @@ fn report(gate: LevelGate) -> Report {
             Verdict::Fail,
             "step 1 (trigger run): response does not match\ngot: exit_code=0\nstdout: \"x\"",
         ),
-        case_report("register.d", Some(Level::Profile), Verdict::Fail, "limits differ"),
+        case_report(
+            "register.d",
+            Some(Level::Profile),
+            Verdict::Fail,
+            "limits differ",
+        ),
     ];
     Report {
         suite_version: "0.1.0".into(),
@@ -518,7 +538,10 @@ fn results_are_grouped_by_level_in_summary_json_and_junit() {
 fn a_failure_shows_what_came_back_in_every_report() {
     let r = report(LevelGate::All);
     let text = r.summary_text();
-    assert!(text.contains("got: exit_code=0") && text.contains("stdout: \"x\""), "{text}");
+    assert!(
+        text.contains("got: exit_code=0") && text.contains("stdout: \"x\""),
+        "{text}"
+    );
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains("got: exit_code=0"));
     assert!(r.junit().contains("got: exit_code=0"));
@@ -526,15 +549,28 @@ fn a_failure_shows_what_came_back_in_every_report() {
 
 #[test]
 fn a_run_response_is_shown_field_by_field_and_long_streams_are_cut_in_the_middle() {
-    let stderr = format!("Traceback (most recent call last):\n{}\nNameError: name 'x' is not defined", "  frame\n".repeat(400));
-    let got = got_response(&json!({"stdout": "", "stderr": stderr, "exit_code": 1, "success": false}));
+    let stderr = format!(
+        "Traceback (most recent call last):\n{}\nNameError: name 'x' is not defined",
+        "  frame\n".repeat(400)
+    );
+    let got =
+        got_response(&json!({"stdout": "", "stderr": stderr, "exit_code": 1, "success": false}));
     assert!(got.starts_with("got: exit_code=1 success=false"), "{got}");
-    assert!(got.contains("stderr: \"Traceback (most recent call last)"), "{got}");
-    assert!(got.contains("NameError: name 'x' is not defined"), "the tail stays: {got}");
+    assert!(
+        got.contains("stderr: \"Traceback (most recent call last)"),
+        "{got}"
+    );
+    assert!(
+        got.contains("NameError: name 'x' is not defined"),
+        "the tail stays: {got}"
+    );
     assert!(got.contains("chars omitted"), "{got}");
     assert!(got.len() < 1200, "{}", got.len());
     let err = got_error("p", "p::timeout", "p::timeout: the run took too long");
-    assert_eq!(err, "p::timeout (code_field envelope): p::timeout: the run took too long");
+    assert_eq!(
+        err,
+        "p::timeout (code_field envelope): p::timeout: the run took too long"
+    );
     assert_eq!(truncate_middle("short", 10), "short");
 }
 

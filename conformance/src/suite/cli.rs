@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::env::{WorkerCommand, DEFAULT_ENGINE_PORT};
-use crate::report::LevelGate;
 use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
+use crate::report::LevelGate;
 
 /// `code-runner-conformance run`.
 #[derive(clap::Args, Debug, Clone)]

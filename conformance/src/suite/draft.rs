@@ -50,27 +50,107 @@ const KNOWN_FUNCTIONS: [&str; 6] = [
 
 /// Seed 000's answer for features it settles: `(feature, value, sentence)`.
 const SEED_DEFAULTS: &[(&str, &str, &str)] = &[
-    ("network", "true", "seed 000 Running code: every VM has outbound network"),
-    ("package_install", "true", "seed 000 Running code: npm install / pip install work in every runtime"),
-    ("real_filesystem", "true", "seed 000: a real OS per call; files survive on a kept runtime"),
-    ("globals_persist_on_keep", "false", "seed 000 Running code: variables do not survive between runs"),
-    ("handler_globals_persist", "false", "seed 000: each call runs in a fresh interpreter process"),
-    ("sandbox_daemon", "true", "seed 000: every execution is delegated to the iii-sandbox daemon"),
-    ("guest_sdk", "real_sdk", "seed 000 The iii global: the real iii-sdk client"),
-    ("guest_register_function", "true", "seed 000 The iii global: the full SDK surface"),
-    ("guest_python_iii", "true", "seed 000 The iii global: python runtimes pip install iii-sdk once"),
-    ("self_call_stalls", "true", "seed 000 The iii global: self-calls stall"),
-    ("one_runtime_per_namespace_lang", "true", "seed 000: one persistent runtime per namespace and language"),
-    ("teardown_by_namespace", "true", "seed 000 Teardown and expiry"),
+    (
+        "network",
+        "true",
+        "seed 000 Running code: every VM has outbound network",
+    ),
+    (
+        "package_install",
+        "true",
+        "seed 000 Running code: npm install / pip install work in every runtime",
+    ),
+    (
+        "real_filesystem",
+        "true",
+        "seed 000: a real OS per call; files survive on a kept runtime",
+    ),
+    (
+        "globals_persist_on_keep",
+        "false",
+        "seed 000 Running code: variables do not survive between runs",
+    ),
+    (
+        "handler_globals_persist",
+        "false",
+        "seed 000: each call runs in a fresh interpreter process",
+    ),
+    (
+        "sandbox_daemon",
+        "true",
+        "seed 000: every execution is delegated to the iii-sandbox daemon",
+    ),
+    (
+        "guest_sdk",
+        "real_sdk",
+        "seed 000 The iii global: the real iii-sdk client",
+    ),
+    (
+        "guest_register_function",
+        "true",
+        "seed 000 The iii global: the full SDK surface",
+    ),
+    (
+        "guest_python_iii",
+        "true",
+        "seed 000 The iii global: python runtimes pip install iii-sdk once",
+    ),
+    (
+        "self_call_stalls",
+        "true",
+        "seed 000 The iii global: self-calls stall",
+    ),
+    (
+        "one_runtime_per_namespace_lang",
+        "true",
+        "seed 000: one persistent runtime per namespace and language",
+    ),
+    (
+        "teardown_by_namespace",
+        "true",
+        "seed 000 Teardown and expiry",
+    ),
     ("capacity", "true", "seed 000 Errors: capacity"),
-    ("non_json_return_is_handler_error", "true", "seed 000 Errors: handler_error"),
-    ("resource_exhausted", "false", "seed 000 Errors: no resource_exhausted code"),
-    ("reregister", "refused", "seed 000 Errors: invalid_request — id already taken"),
-    ("idle_ttl_floor_secs", "0", "seed 000 documents no floor on idle_ttl_secs"),
-    ("inject_guidance_hook", "true", "seed 000 Configuration: inject_guidance (ON by default)"),
-    ("namespace_charset", "\"[a-z0-9._-]\"", "seed 000 names namespace violations; the charset is the documented workers'"),
-    ("python_code", "main_script", "seed 000: Python code is a script"),
-    ("node_code", "es_module", "seed 000: Node code is a module (top-level await)"),
+    (
+        "non_json_return_is_handler_error",
+        "true",
+        "seed 000 Errors: handler_error",
+    ),
+    (
+        "resource_exhausted",
+        "false",
+        "seed 000 Errors: no resource_exhausted code",
+    ),
+    (
+        "reregister",
+        "refused",
+        "seed 000 Errors: invalid_request — id already taken",
+    ),
+    (
+        "idle_ttl_floor_secs",
+        "0",
+        "seed 000 documents no floor on idle_ttl_secs",
+    ),
+    (
+        "inject_guidance_hook",
+        "true",
+        "seed 000 Configuration: inject_guidance (ON by default)",
+    ),
+    (
+        "namespace_charset",
+        "\"[a-z0-9._-]\"",
+        "seed 000 names namespace violations; the charset is the documented workers'",
+    ),
+    (
+        "python_code",
+        "main_script",
+        "seed 000: Python code is a script",
+    ),
+    (
+        "node_code",
+        "es_module",
+        "seed 000: Node code is a module (top-level await)",
+    ),
 ];
 
 /// What the draft is made from.
@@ -136,9 +216,8 @@ fn observed(o: &Observation, feature: &str) -> Option<(String, String)> {
             .and_then(|(_, e)| e.get(which).cloned())
             .filter(|s| !s.is_null())
     };
-    let prop = |f: &str, which: &str, p: &str| {
-        schema(f, which).map(|s| find_property(&s, p).is_some())
-    };
+    let prop =
+        |f: &str, which: &str, p: &str| schema(f, which).map(|s| find_property(&s, p).is_some());
     let langs = || -> Option<Vec<String>> {
         let s = schema("run", "request_schema")?;
         let lang = find_property(&s, "lang")?;
@@ -156,7 +235,9 @@ fn observed(o: &Observation, feature: &str) -> Option<(String, String)> {
         "langs" => format!("[{}]", langs()?.join(", ")),
         "python" => yes_no(langs()?.iter().any(|l| l == "python")),
         "node" => yes_no(langs()?.iter().any(|l| l == "node")),
-        "inject_guidance_hook" => yes_no(o.published.present.iter().any(|f| f == "inject-guidance")),
+        "inject_guidance_hook" => {
+            yes_no(o.published.present.iter().any(|f| f == "inject-guidance"))
+        }
         _ => return None,
     };
     let how = match feature {
@@ -234,16 +315,35 @@ pub fn render(
     features: &BTreeSet<String>,
 ) -> String {
     let mut y = String::new();
-    let _ = writeln!(y, "# Draft target profile for the worker publishing {prefix}::* at {url},");
-    let _ = writeln!(y, "# written by `code-runner-conformance profile`. Review every value:");
+    let _ = writeln!(
+        y,
+        "# Draft target profile for the worker publishing {prefix}::* at {url},"
+    );
+    let _ = writeln!(
+        y,
+        "# written by `code-runner-conformance profile`. Review every value:"
+    );
     let _ = writeln!(y, "# - `observed:` values were read off the live worker;");
-    let _ = writeln!(y, "# - `seed 000 default` values cannot be seen from outside: they are");
-    let _ = writeln!(y, "#   what seed 000 says, so change them where your worker differs;");
-    let _ = writeln!(y, "# - commented-out values are ones the seeds leave open: state yours to");
+    let _ = writeln!(
+        y,
+        "# - `seed 000 default` values cannot be seen from outside: they are"
+    );
+    let _ = writeln!(
+        y,
+        "#   what seed 000 says, so change them where your worker differs;"
+    );
+    let _ = writeln!(
+        y,
+        "# - commented-out values are ones the seeds leave open: state yours to"
+    );
     let _ = writeln!(y, "#   run the `profile`-level cases that need them.");
     let _ = writeln!(y, "name: {name}");
     let _ = writeln!(y, "prefix: {prefix}");
-    let _ = writeln!(y, "description: {}", quote(&format!("draft for {prefix} (edit me)")));
+    let _ = writeln!(
+        y,
+        "description: {}",
+        quote(&format!("draft for {prefix} (edit me)"))
+    );
     let _ = writeln!(y, "sources:");
     let _ = writeln!(y, "  - \"seed 000: sandbox-code-runner README\"");
     let _ = writeln!(y, "functions: [{}]", o.published.present.join(", "));
@@ -263,7 +363,9 @@ pub fn render(
             let _ = writeln!(
                 y,
                 "  {f}:\n    value: {v}\n    source: {}",
-                quote(&format!("seed 000 default (not observable from outside): {why}"))
+                quote(&format!(
+                    "seed 000 default (not observable from outside): {why}"
+                ))
             );
         } else {
             open.push(f.clone());
@@ -272,10 +374,16 @@ pub fn render(
     if !open.is_empty() {
         let _ = writeln!(y, "  # ---- left open by the seeds: state yours ----");
         for f in open {
-            let _ = writeln!(y, "  # {f}:\n  #   value: …\n  #   source: \"your worker's documentation\"");
+            let _ = writeln!(
+                y,
+                "  # {f}:\n  #   value: …\n  #   source: \"your worker's documentation\""
+            );
         }
     }
-    let _ = writeln!(y, "# ---- schemas as published (engine::functions::info) ----");
+    let _ = writeln!(
+        y,
+        "# ---- schemas as published (engine::functions::info) ----"
+    );
     for (f, e) in &o.entries {
         for which in ["request_schema", "response_schema"] {
             let s = e.get(which).cloned().unwrap_or(Value::Null);
@@ -305,7 +413,14 @@ pub async fn draft(
 }
 
 pub async fn run(args: ProfileArgs) -> ExitCode {
-    match draft(&args.engine, &args.prefix, args.name.as_deref(), args.golden).await {
+    match draft(
+        &args.engine,
+        &args.prefix,
+        args.name.as_deref(),
+        args.golden,
+    )
+    .await
+    {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

@@ -146,7 +146,10 @@ pub async fn probe_envelope(
     let (envelope, evidence) = match r {
         Ok(v) => (
             "unknown".to_string(),
-            format!("{id} {{}} answered {} instead of an error", short(&v.to_string())),
+            format!(
+                "{id} {{}} answered {} instead of an error",
+                short(&v.to_string())
+            ),
         ),
         Err(iii_sdk::Error::Remote { code, message, .. }) => {
             let seen = format!("{id} {{}} → code {code:?}, message {:?}", short(&message));

@@ -30,7 +30,10 @@ pub fn truncate_middle(text: &str, max: usize) -> String {
     }
     let head: String = text.chars().take(max * 2 / 3).collect();
     let tail: String = text.chars().skip(n - max / 3).collect();
-    format!("{head}…[{} chars omitted]…{tail}", n - head.chars().count() - tail.chars().count())
+    format!(
+        "{head}…[{} chars omitted]…{tail}",
+        n - head.chars().count() - tail.chars().count()
+    )
 }
 
 /// What a failing step got back, for reports: a run-shaped response field by
@@ -50,7 +53,10 @@ pub fn got_response(v: &Value) -> String {
     lines.push(format!("got: {}", scalars.join(" ")));
     for stream in ["stdout", "stderr"] {
         if let Some(x) = m.get(stream) {
-            let text = x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string());
+            let text = x
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| x.to_string());
             lines.push(format!(
                 "{stream}: {:?}",
                 truncate_middle(&text, SHOWN_CHARS)

@@ -186,9 +186,7 @@ impl Target {
         reqs.iter()
             .map(|r| requirement_feature(r))
             .find(|f| !self.declares(f))
-            .map(|f| {
-                format!("profile-level case: the target's profile does not declare `{f}`")
-            })
+            .map(|f| format!("profile-level case: the target's profile does not declare `{f}`"))
     }
 
     /// The first unmet requirement of a list.
