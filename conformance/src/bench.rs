@@ -43,7 +43,7 @@ pub struct BenchOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     #[error(
-        "stand-in engine cannot bind 127.0.0.2:{port} (main) or a 127.0.0.1 guest port: {source}"
+        "stand-in engine cannot bind its main port {port} or its 127.0.0.1 guest port: {source}"
     )]
     Bind {
         port: u16,
@@ -65,19 +65,48 @@ pub struct Bench {
     configuration: Option<ConfigDouble>,
 }
 
+/// Where the stand-in's two listeners go.
+#[derive(Debug, Clone)]
+pub struct ListenerLayout {
+    /// The main listener's host (its port is `BenchOptions::port`).
+    pub main_host: std::net::Ipv4Addr,
+    /// The guest listener's port on 127.0.0.1 (0 = any).
+    pub guest_port: u16,
+}
+
+impl Default for ListenerLayout {
+    /// Main on the host-only 127.0.0.2, guests on any 127.0.0.1 port: the
+    /// layout `sandbox-code-runner guest-listener-config` recommends.
+    fn default() -> Self {
+        ListenerLayout {
+            main_host: MAIN_HOST,
+            guest_port: 0,
+        }
+    }
+}
+
 impl Bench {
+    /// Starts with the default [`ListenerLayout`].
     pub async fn start(options: BenchOptions) -> Result<Bench, BenchError> {
+        Bench::start_with_layout(options, ListenerLayout::default()).await
+    }
+
+    /// Starts with the stand-in's listeners where `layout` says.
+    pub async fn start_with_layout(
+        options: BenchOptions,
+        layout: ListenerLayout,
+    ) -> Result<Bench, BenchError> {
         let (engine, url) = match options.engine {
             Some(url) => (None, url),
             None => {
                 // Main listener host-only, guest listener on 127.0.0.1: the
                 // layout the worker's `guest-listener-config` recommends.
                 let engine = StandInEngine::start_with(EngineOptions {
-                    host: MAIN_HOST,
+                    host: layout.main_host,
                     port: options.port,
                     guest: Some(GuestListener {
                         host: std::net::Ipv4Addr::LOCALHOST,
-                        port: 0,
+                        port: layout.guest_port,
                         rbac: guest_rbac(),
                     }),
                 })
