@@ -6,7 +6,12 @@
 //! here works on a real engine. It knows nothing about sandboxes; the daemon
 //! double connects to it like any other worker.
 //!
-//! Deliberately absent: authentication, queues (`enqueue` answers
+//! A second, RBAC-gated listener (the guest listener) is modelled in
+//! [`rbac`]: authentication by a function, call gating, prefixes and the
+//! registration hook. The main listener authenticates nothing.
+//!
+//! Deliberately absent: middleware, trigger(-type) registration hooks,
+//! queues (`enqueue` answers
 //! `enqueue_error` exactly as an engine without a queue worker does), streaming
 //! channels, observe/local-dispatch (the recorded engine advertised no
 //! protocol features), a built-in configuration worker (the hermetic bench
