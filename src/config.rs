@@ -30,6 +30,12 @@ pub struct Config {
     pub warm_pool: usize,
     /// When a one-shot VM is stopped.
     pub oneshot_stop: OneshotStop,
+    /// The engine's guest listener (an RBAC `iii-worker-manager` entry whose
+    /// auth function is `sandbox-code-runner::guest-auth`) as guests reach
+    /// it, e.g. `ws://127.0.0.1:49135`. Set, every guest's `iii` connects
+    /// there with a per-run token; unset, guests get the worker's own engine
+    /// URL and can call every function on the bus (warned at boot).
+    pub guest_url: Option<String>,
 }
 
 /// When the VM of a one-shot run is stopped.
@@ -57,6 +63,7 @@ impl Default for Config {
             vm_owner: None,
             warm_pool: 1,
             oneshot_stop: OneshotStop::BeforeResponse,
+            guest_url: None,
         }
     }
 }
@@ -96,6 +103,9 @@ impl Config {
         if config.max_timeout_ms == 0 {
             return Err("max_timeout_ms must be greater than 0".into());
         }
+        if let Some(url) = &config.guest_url {
+            check_guest_url(url)?;
+        }
         Ok(config)
     }
 
@@ -108,6 +118,21 @@ impl Config {
         };
         wanted.min(self.max_timeout_ms).max(1)
     }
+}
+
+/// A guest URL is a bare `ws://` or `wss://` URL: the token is appended
+/// as the query string.
+pub fn check_guest_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("ws://")
+        .or_else(|| url.strip_prefix("wss://"))
+        .ok_or_else(|| format!("guest_url must start with ws:// or wss:// (got {url:?})"))?;
+    if rest.is_empty() || rest.contains('?') || rest.contains('#') {
+        return Err(format!(
+            "guest_url must be ws://HOST:PORT with no query (got {url:?})"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -182,6 +207,15 @@ mod tests {
         assert!(Config::parse("oneshot_stop: later\n").is_err());
         assert_eq!(Config::default().warm_pool, 1);
         assert_eq!(Config::default().oneshot_stop, OneshotStop::BeforeResponse);
+    }
+
+    #[rstest]
+    #[case("guest_url: ws://127.0.0.1:49135\n", true)]
+    #[case("guest_url: wss://engine:443/guests\n", true)]
+    #[case("guest_url: http://127.0.0.1:1\n", false)]
+    #[case("guest_url: ws://127.0.0.1:1/?token=x\n", false)]
+    fn guest_url_is_a_bare_websocket_url(#[case] yaml: &str, #[case] ok: bool) {
+        assert_eq!(Config::parse(yaml).is_ok(), ok, "{yaml}");
     }
 
     #[test]

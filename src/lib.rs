@@ -9,6 +9,8 @@ pub mod config;
 pub mod error;
 pub mod functions;
 pub mod guest;
+pub mod guest_access;
+pub mod guest_listener;
 pub mod ids;
 pub mod pool;
 pub mod runtime;

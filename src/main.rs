@@ -6,13 +6,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use iii_sdk::runtime::WorkerMetadata;
 use iii_sdk::{register_worker, InitOptions, WorkerIdentityMode};
 
 use sandbox_code_runner::bus::SdkBus;
 use sandbox_code_runner::config::Config;
 use sandbox_code_runner::functions;
+use sandbox_code_runner::guest_listener::{
+    reachable_from_guests, ListenerLayout, DEFAULT_MAIN_HOST,
+};
 use sandbox_code_runner::runtime::{Manager, VmNaming};
 use sandbox_code_runner::sandbox::{BusSandbox, SandboxApi, SandboxError, INSTALL_HINT};
 use sandbox_code_runner::settings::Settings;
@@ -28,6 +31,30 @@ struct Args {
     /// test keeps the two equal); an unknown key stops the worker at boot.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The engine's guest listener as guests reach it (overrides the
+    /// config's `guest_url`); see `guest-listener-config`.
+    #[arg(long, env = "III_GUEST_URL")]
+    guest_url: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the iii engine config for a guest listener: guests get the bus
+    /// through it, gated by this worker's auth function, and the main
+    /// listener moves to a host-only address the sandbox gateway cannot reach.
+    GuestListenerConfig {
+        /// The guest listener's port (on 127.0.0.1).
+        #[arg(long)]
+        port: u16,
+        /// The main listener's host-only address.
+        #[arg(long, default_value_t = DEFAULT_MAIN_HOST)]
+        main_host: std::net::Ipv4Addr,
+        /// The main listener's port.
+        #[arg(long, default_value_t = 49134)]
+        main_port: u16,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,13 +64,30 @@ fn main() -> ExitCode {
     // exists; the SDK reads it per invocation.
     std::env::set_var("III_DISABLE_TRACE_PAYLOADS", "1");
     let args = Args::parse();
+    if let Some(Command::GuestListenerConfig {
+        port,
+        main_host,
+        main_port,
+    }) = args.command
+    {
+        print!(
+            "{}",
+            ListenerLayout {
+                guest_port: port,
+                main_host,
+                main_port,
+            }
+            .render()
+        );
+        return ExitCode::SUCCESS;
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
             Err(e) => {
@@ -53,6 +97,13 @@ fn main() -> ExitCode {
         },
         None => Config::default(),
     };
+    if let Some(url) = args.guest_url.filter(|u| !u.is_empty()) {
+        if let Err(e) = sandbox_code_runner::config::check_guest_url(&url) {
+            eprintln!("error: --guest-url: {e}");
+            return ExitCode::from(2);
+        }
+        config.guest_url = Some(url);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -74,7 +125,24 @@ fn host_name() -> String {
         .unwrap_or_else(|| "host".into())
 }
 
+/// The boot warnings about what guest code can reach.
+fn warn_guest_reach(url: &str, config: &Config) {
+    match &config.guest_url {
+        None => tracing::warn!(
+            "!!! no guest listener (guest_url) is configured: guest code connects to the main listener and can call every sandbox::* function, i.e. read, run in and stop every tenant's VM. Run `sandbox-code-runner guest-listener-config --port 49135` for the engine config that closes this."
+        ),
+        Some(guest) => tracing::info!(guest_url = %guest, "guests connect through the guest listener"),
+    }
+    if reachable_from_guests(url) == Some(true) {
+        tracing::warn!(
+            %url,
+            "!!! the engine URL this worker uses is reachable from guest code (the sandbox gateway forwards to the host's 127.0.0.1 on any port): a guest can open its own WebSocket there and skip the guest listener. Bind the main listener to a host-only address such as 127.0.0.2 (see `sandbox-code-runner guest-listener-config`)."
+        );
+    }
+}
+
 async fn serve(url: String, config: Config) -> ExitCode {
+    warn_guest_reach(&url, &config);
     let owner = config.vm_owner.clone().unwrap_or_else(host_name);
     let client = register_worker(
         &url,

@@ -17,6 +17,7 @@ use crate::bus::{Bus, FunctionSpec};
 use crate::config::{Config, OneshotStop};
 use crate::error::{redact_uuids, WorkerError};
 use crate::guest::{self, Frame, InvokeMode};
+use crate::guest_access::{GuestTokens, TokenLease, TOKEN_ENV};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::pool::WarmPool;
 use crate::sandbox::{
@@ -59,6 +60,8 @@ pub struct Runtime {
     slot: tokio::sync::Mutex<Slot>,
     /// Published function id → module path inside the VM.
     functions: Mutex<HashMap<String, String>>,
+    /// Its guests' token on the guest listener; revoked when it is forgotten.
+    token: Mutex<Option<TokenLease>>,
 }
 
 impl Runtime {
@@ -68,6 +71,7 @@ impl Runtime {
         lang: Lang,
         namespace: Option<Namespace>,
         sdk: SdkState,
+        token: Option<TokenLease>,
     ) -> Arc<Runtime> {
         Arc::new(Runtime {
             id,
@@ -76,6 +80,7 @@ impl Runtime {
             namespace,
             slot: tokio::sync::Mutex::new(Slot { sdk }),
             functions: Mutex::new(HashMap::new()),
+            token: Mutex::new(token),
         })
     }
 }
@@ -147,6 +152,8 @@ pub struct Manager {
     seq: AtomicU64,
     pool: WarmPool,
     stats: Stats,
+    /// Tokens of guests on the guest listener (`guest_url`).
+    tokens: Arc<GuestTokens>,
     me: Weak<Manager>,
 }
 
@@ -241,12 +248,39 @@ impl Manager {
             state: Mutex::new(State::default()),
             namespace_locks: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
+            tokens: GuestTokens::new(),
             me: me.clone(),
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The guest tokens: what `guest-auth` and `guest-register` consult.
+    pub fn guest_tokens(&self) -> &Arc<GuestTokens> {
+        &self.tokens
+    }
+
+    /// A fresh guest token, when guests connect through a guest listener.
+    pub fn mint_guest_token(&self, namespace: Option<&Namespace>) -> Option<TokenLease> {
+        self.config
+            .guest_url
+            .as_ref()
+            .map(|_| self.tokens.mint(namespace.map(Namespace::as_str)))
+    }
+
+    /// `p` with the guest's token in its env, when it has one.
+    fn with_token(mut p: ExecParams, token: Option<&TokenLease>) -> ExecParams {
+        if let Some(t) = token {
+            p.env.insert(TOKEN_ENV.to_string(), t.expose().to_string());
+        }
+        p
+    }
+
+    /// `p` with `rt`'s guest token in its env.
+    fn for_runtime(rt: &Runtime, p: ExecParams) -> ExecParams {
+        Manager::with_token(p, lock(&rt.token).as_ref())
     }
 
     pub fn sandbox(&self) -> &Arc<dyn SandboxApi> {
@@ -277,7 +311,14 @@ impl Manager {
             idle_timeout_secs: self.config.idle_ttl_secs,
             // The guest's `iii` rides the sandbox network gateway.
             network: true,
-            env: [("III_URL".to_string(), self.guest_engine_url.clone())].into(),
+            env: [(
+                "III_URL".to_string(),
+                self.config
+                    .guest_url
+                    .clone()
+                    .unwrap_or_else(|| self.guest_engine_url.clone()),
+            )]
+            .into(),
         }
     }
 
@@ -500,6 +541,8 @@ impl Manager {
         timeout_ms: u64,
     ) -> Result<RunResponse, WorkerError> {
         let uses_iii = guest::names_iii(code);
+        // One token per run; a kept run's becomes its runtime's.
+        let token = self.mint_guest_token(None);
         let mut attempt = 0;
         let (sandbox_id, out) = loop {
             attempt += 1;
@@ -511,8 +554,11 @@ impl Manager {
                 if uses_iii {
                     self.prepare_sdk(&sandbox_id, lang).await?;
                 }
-                self.exec(&sandbox_id, guest::run_exec(lang, code, timeout_ms))
-                    .await
+                self.exec(
+                    &sandbox_id,
+                    Manager::with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref()),
+                )
+                .await
             }
             .await;
             match outcome {
@@ -535,7 +581,7 @@ impl Manager {
             } else {
                 SdkState::Absent
             };
-            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk);
+            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token);
             {
                 let mut st = lock(&self.state);
                 st.transient.remove(&sandbox_id);
@@ -544,7 +590,9 @@ impl Manager {
             tracing::info!(lang = %lang, "kept a runtime");
             return Ok(self.response(out, Some(id.expose().to_string())));
         }
-        // One-shot, or a failed keep run: the VM never serves anyone again.
+        // One-shot, or a failed keep run: the VM never serves anyone again,
+        // and its token is revoked before the caller hears back.
+        drop(token);
         if keep {
             self.stop_vm(&sandbox_id).await;
         } else {
@@ -583,8 +631,11 @@ impl Manager {
                 self.prepare_sdk(&rt.sandbox_id, rt.lang).await?;
                 slot.sdk = SdkState::Prepared;
             }
-            self.exec(&rt.sandbox_id, guest::run_exec(rt.lang, code, timeout_ms))
-                .await
+            self.exec(
+                &rt.sandbox_id,
+                Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
+            )
+            .await
         }
         .await;
         drop(slot);
@@ -611,6 +662,11 @@ impl Manager {
             f.sort();
             f
         };
+        // Its guests can no longer connect.
+        drop(lock(&rt.token).take());
+        if let Some(ns) = &rt.namespace {
+            self.tokens.release(ns.as_str());
+        }
         {
             let mut st = lock(&self.state);
             st.runtimes.remove(&rt.id);
@@ -737,12 +793,14 @@ impl Manager {
             .await
             .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
         let id = RuntimeId::generate();
+        self.tokens.hold(ns.as_str());
         let rt = Runtime::new(
             id.clone(),
             sandbox_id.clone(),
             lang,
             Some(ns.clone()),
             SdkState::Absent,
+            self.mint_guest_token(Some(ns)),
         );
         let mut st = lock(&self.state);
         st.transient.remove(&sandbox_id);
@@ -788,14 +846,17 @@ impl Manager {
         let out = self
             .exec(
                 &rt.sandbox_id,
-                guest::invoke_exec(
-                    rt.lang,
-                    fid.as_str(),
-                    &path,
-                    InvokeMode::Check,
-                    &Value::Null,
-                    &secret,
-                    budget,
+                Manager::for_runtime(
+                    rt,
+                    guest::invoke_exec(
+                        rt.lang,
+                        fid.as_str(),
+                        &path,
+                        InvokeMode::Check,
+                        &Value::Null,
+                        &secret,
+                        budget,
+                    ),
                 ),
             )
             .await
@@ -887,14 +948,17 @@ impl Manager {
         let out = self
             .exec(
                 &rt.sandbox_id,
-                guest::invoke_exec(
-                    rt.lang,
-                    function_id,
-                    &path,
-                    InvokeMode::Call,
-                    &payload,
-                    &secret,
-                    budget,
+                Manager::for_runtime(
+                    &rt,
+                    guest::invoke_exec(
+                        rt.lang,
+                        function_id,
+                        &path,
+                        InvokeMode::Call,
+                        &payload,
+                        &secret,
+                        budget,
+                    ),
                 ),
             )
             .await;

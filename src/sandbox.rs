@@ -88,13 +88,26 @@ pub struct CreateParams {
 
 /// Parameters of `sandbox::exec`: always the `argv` form, so nothing is
 /// shell-split.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ExecParams {
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
     pub env: BTreeMap<String, String>,
     pub timeout_ms: u64,
     pub workdir: Option<String>,
+}
+
+/// Env values are left out: they carry the guest's token.
+impl std::fmt::Debug for ExecParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecParams")
+            .field("argv", &self.argv)
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .field("timeout_ms", &self.timeout_ms)
+            .field("workdir", &self.workdir)
+            .finish()
+    }
 }
 
 /// A finished process. A non-zero exit is still this.

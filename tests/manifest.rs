@@ -53,3 +53,39 @@ fn functions_are_the_published_ones() {
     assert!(listed.contains(&sandbox_code_runner::settings::GUIDANCE_FN));
     assert!(listed.contains(&sandbox_code_runner::functions::STATS));
 }
+
+#[test]
+fn the_guest_listener_section_is_the_codes() {
+    use sandbox_code_runner::guest_access::{GUEST_AUTH, GUEST_REGISTER, INTERNAL_FUNCTIONS};
+    let m = manifest();
+    let g = &m["guest_listener"];
+    assert_eq!(g["auth_function_id"].as_str(), Some(GUEST_AUTH));
+    assert_eq!(
+        g["on_function_registration_function_id"].as_str(),
+        Some(GUEST_REGISTER)
+    );
+    let setting = g["worker_setting"].as_str().expect("worker_setting");
+    let parsed = Config::parse(&format!("{setting}: ws://127.0.0.1:49135\n"))
+        .expect("the named setting is a worker config key");
+    assert_eq!(parsed.guest_url.as_deref(), Some("ws://127.0.0.1:49135"));
+    // The command it names runs and prints the engine block.
+    let cmd = g["config_command"].as_str().expect("config_command");
+    let mut words = cmd.split_whitespace();
+    assert_eq!(words.next(), Some("sandbox-code-runner"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
+        .args(words)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{cmd} fails");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(GUEST_AUTH));
+    // Every internal function is forbidden to guests.
+    for f in m["functions"].as_sequence().unwrap() {
+        if f["internal"].as_bool() == Some(true) {
+            let id = f["id"].as_str().unwrap();
+            assert!(
+                INTERNAL_FUNCTIONS.contains(&id),
+                "{id} is internal but guests may call it (add it to guest_access::INTERNAL_FUNCTIONS)"
+            );
+        }
+    }
+}

@@ -4,8 +4,28 @@
 use std::path::PathBuf;
 
 use crate::config_double::ConfigDouble;
-use crate::engine::StandInEngine;
+use crate::engine::{EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine};
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+
+/// The guest listener's auth function: sandbox-code-runner's, as its
+/// `guest-listener-config` prints it.
+pub const GUEST_AUTH_FUNCTION: &str = "sandbox-code-runner::guest-auth";
+/// The guest listener's registration hook.
+pub const GUEST_REGISTER_HOOK: &str = "sandbox-code-runner::guest-register";
+
+/// The host-only address of the stand-in's main listener: the double's
+/// sandbox gateway, like the real one, reaches only the host's 127.0.0.1.
+pub const MAIN_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+
+/// The RBAC block of the bench's guest listener, as the operator config
+/// `sandbox-code-runner guest-listener-config` prints.
+pub fn guest_rbac() -> RbacConfig {
+    RbacConfig {
+        auth_function_id: Some(GUEST_AUTH_FUNCTION.into()),
+        on_function_registration_function_id: Some(GUEST_REGISTER_HOOK.into()),
+        expose_functions: vec![FunctionFilter::Match("*".into())],
+    }
+}
 
 /// What to start.
 #[derive(Debug, Clone, Default)]
@@ -22,7 +42,9 @@ pub struct BenchOptions {
 /// Why the bench could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("stand-in engine cannot bind 127.0.0.1:{port}: {source}")]
+    #[error(
+        "stand-in engine cannot bind its main port {port} or its 127.0.0.1 guest port: {source}"
+    )]
     Bind {
         port: u16,
         #[source]
@@ -43,16 +65,55 @@ pub struct Bench {
     configuration: Option<ConfigDouble>,
 }
 
+/// Where the stand-in's two listeners go.
+#[derive(Debug, Clone)]
+pub struct ListenerLayout {
+    /// The main listener's host (its port is `BenchOptions::port`).
+    pub main_host: std::net::Ipv4Addr,
+    /// The guest listener's port on 127.0.0.1 (0 = any).
+    pub guest_port: u16,
+}
+
+impl Default for ListenerLayout {
+    /// Main on the host-only 127.0.0.2, guests on any 127.0.0.1 port: the
+    /// layout `sandbox-code-runner guest-listener-config` recommends.
+    fn default() -> Self {
+        ListenerLayout {
+            main_host: MAIN_HOST,
+            guest_port: 0,
+        }
+    }
+}
+
 impl Bench {
+    /// Starts with the default [`ListenerLayout`].
     pub async fn start(options: BenchOptions) -> Result<Bench, BenchError> {
+        Bench::start_with_layout(options, ListenerLayout::default()).await
+    }
+
+    /// Starts with the stand-in's listeners where `layout` says.
+    pub async fn start_with_layout(
+        options: BenchOptions,
+        layout: ListenerLayout,
+    ) -> Result<Bench, BenchError> {
         let (engine, url) = match options.engine {
             Some(url) => (None, url),
             None => {
-                let engine = StandInEngine::start(options.port).await.map_err(|source| {
-                    BenchError::Bind {
-                        port: options.port,
-                        source,
-                    }
+                // Main listener host-only, guest listener on 127.0.0.1: the
+                // layout the worker's `guest-listener-config` recommends.
+                let engine = StandInEngine::start_with(EngineOptions {
+                    host: layout.main_host,
+                    port: options.port,
+                    guest: Some(GuestListener {
+                        host: std::net::Ipv4Addr::LOCALHOST,
+                        port: layout.guest_port,
+                        rbac: guest_rbac(),
+                    }),
+                })
+                .await
+                .map_err(|source| BenchError::Bind {
+                    port: options.port,
+                    source,
                 })?;
                 let url = engine.url();
                 (Some(engine), url)
@@ -80,6 +141,12 @@ impl Bench {
     /// The engine URL workers connect to.
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// The guest listener's URL (on 127.0.0.1), when this bench started the
+    /// stand-in: what a worker's `guest_url` should be.
+    pub fn guest_url(&self) -> Option<String> {
+        self.engine.as_ref().and_then(StandInEngine::guest_url)
     }
 
     /// The stand-in engine, when this bench started one.

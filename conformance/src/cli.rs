@@ -48,9 +48,17 @@ pub struct BenchCompareArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Engine port on 127.0.0.1; 0 picks a free one.
+    /// Main listener port (on `--main-host`); 0 picks a free one.
     #[arg(long, default_value_t = 49134)]
     pub port: u16,
+    /// Main listener host: host-only 127.0.0.2 by default, which the
+    /// sandbox gateway (like the real one) does not reach.
+    #[arg(long, default_value_t = crate::bench::MAIN_HOST)]
+    pub main_host: std::net::Ipv4Addr,
+    /// Guest listener port on 127.0.0.1 (RBAC; auth function
+    /// `sandbox-code-runner::guest-auth`); 0 picks a free one.
+    #[arg(long, default_value_t = 49135)]
+    pub guest_port: u16,
     /// Connect the daemon double to this (real) engine instead of starting
     /// the stand-in.
     #[arg(long)]
@@ -116,7 +124,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
         limits: args.sandbox.limits(),
         configuration_dir: args.configuration_dir,
     };
-    let bench = match Bench::start(options).await {
+    let layout = crate::bench::ListenerLayout {
+        main_host: args.main_host,
+        guest_port: args.guest_port,
+    };
+    let bench = match Bench::start_with_layout(options, layout).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -124,6 +136,9 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     println!("{}", bench.url());
+    if let Some(guest) = bench.guest_url() {
+        tracing::info!(%guest, "guest listener (RBAC; give it to the worker as guest_url / III_GUEST_URL)");
+    }
     wait_for_signal().await;
     tracing::info!("stopping: every sandbox this bench started is stopped");
     bench.shutdown().await;

@@ -6,7 +6,12 @@
 //! here works on a real engine. It knows nothing about sandboxes; the daemon
 //! double connects to it like any other worker.
 //!
-//! Deliberately absent: authentication, queues (`enqueue` answers
+//! A second, RBAC-gated listener (the guest listener) is modelled in
+//! [`rbac`]: authentication by a function, call gating, prefixes and the
+//! registration hook. The main listener authenticates nothing.
+//!
+//! Deliberately absent: middleware, trigger(-type) registration hooks,
+//! queues (`enqueue` answers
 //! `enqueue_error` exactly as an engine without a queue worker does), streaming
 //! channels, observe/local-dispatch (the recorded engine advertised no
 //! protocol features), a built-in configuration worker (the hermetic bench
@@ -32,6 +37,13 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use uuid::Uuid;
+
+mod rbac;
+use rbac::{AuthResult, Session};
+pub use rbac::{FunctionFilter, GuestListener, RbacConfig, CARVE_OUT};
+
+/// How long an engine-originated call (auth, registration hook) may take.
+const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the real engine holds a worker's registrations back while it waits
 /// for the worker to name itself through `engine::workers::register`.
@@ -101,43 +113,90 @@ const IN_PROCESS_WORKERS: &[(&str, &str, usize)] = &[
     ),
 ];
 
-/// A running stand-in engine bound to 127.0.0.1.
+/// A running stand-in engine bound to loopback.
 pub struct StandInEngine {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    guest_addr: Option<SocketAddr>,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<()>>,
     state: Shared,
+}
+
+/// Where the stand-in listens.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The main (trusted) listener's host; loopback only.
+    pub host: Ipv4Addr,
+    /// The main listener's port (0 picks a free one).
+    pub port: u16,
+    /// A second, RBAC-gated listener, as an extra `iii-worker-manager`
+    /// entry with an `rbac` block opens on the real engine.
+    pub guest: Option<GuestListener>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            host: Ipv4Addr::LOCALHOST,
+            port: 0,
+            guest: None,
+        }
+    }
 }
 
 impl StandInEngine {
     /// Binds 127.0.0.1:`port` (0 picks a free port) and starts serving.
     /// Only loopback is ever bound: the engine has no authentication.
     pub async fn start(port: u16) -> std::io::Result<StandInEngine> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
-        let addr = listener.local_addr()?;
+        StandInEngine::start_with(EngineOptions {
+            port,
+            ..EngineOptions::default()
+        })
+        .await
+    }
+
+    /// Starts the main listener and, when asked, an RBAC guest listener.
+    pub async fn start_with(options: EngineOptions) -> std::io::Result<StandInEngine> {
+        if !options.host.is_loopback()
+            || options
+                .guest
+                .as_ref()
+                .is_some_and(|g| !g.host.is_loopback())
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the stand-in engine binds loopback addresses only",
+            ));
+        }
         let state: Shared = Arc::new(Mutex::new(State::new()));
-        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-        let accept_state = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => break,
-                    accepted = listener.accept() => {
-                        if let Ok((stream, _)) = accepted {
-                            let _ = stream.set_nodelay(true);
-                            tokio::spawn(serve_socket(stream, accept_state.clone()));
-                        }
-                    }
-                }
-            }
-        });
-        tracing::info!(%addr, "stand-in engine listening");
+        let listener = TcpListener::bind((options.host, options.port)).await?;
+        let addr = listener.local_addr()?;
+        let mut stops = Vec::new();
+        let mut tasks = Vec::new();
+        let (stop, task) = accept_loop(listener, state.clone(), None);
+        stops.push(stop);
+        tasks.push(task);
+        let mut guest_addr = None;
+        if let Some(g) = options.guest {
+            let listener = TcpListener::bind((g.host, g.port)).await?;
+            guest_addr = Some(listener.local_addr()?);
+            let (stop, task) = accept_loop(listener, state.clone(), Some(Arc::new(g.rbac)));
+            stops.push(stop);
+            tasks.push(task);
+        }
+        tracing::info!(%addr, guest = ?guest_addr, "stand-in engine listening");
         Ok(StandInEngine {
             addr,
-            stop: Some(stop_tx),
-            task: Some(task),
+            guest_addr,
+            stops,
+            tasks,
             state,
         })
+    }
+
+    /// The guest listener's `ws://HOST:PORT`, when one was opened.
+    pub fn guest_url(&self) -> Option<String> {
+        self.guest_addr.map(|a| format!("ws://{a}"))
     }
 
     /// The `ws://127.0.0.1:PORT` URL workers connect to.
@@ -200,10 +259,10 @@ impl StandInEngine {
     }
 
     async fn close(&mut self) {
-        if let Some(stop) = self.stop.take() {
+        for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
+        for task in self.tasks.drain(..) {
             let _ = task.await;
         }
         let st = lock(&self.state);
@@ -215,7 +274,7 @@ impl StandInEngine {
 
 impl Drop for StandInEngine {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
+        for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
         let st = lock(&self.state);
@@ -226,6 +285,29 @@ impl Drop for StandInEngine {
 }
 
 type Shared = Arc<Mutex<State>>;
+
+/// Accepts connections on `listener` until stopped; `rbac` gates them.
+fn accept_loop(
+    listener: TcpListener,
+    state: Shared,
+    rbac: Option<Arc<RbacConfig>>,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop_rx => break,
+                accepted = listener.accept() => {
+                    if let Ok((stream, peer)) = accepted {
+                        let _ = stream.set_nodelay(true);
+                        tokio::spawn(serve_socket(stream, peer, state.clone(), rbac.clone()));
+                    }
+                }
+            }
+        }
+    });
+    (stop_tx, task)
+}
 
 fn lock(state: &Shared) -> MutexGuard<'_, State> {
     // A panic while holding the lock is a bug in this module; keep serving
@@ -256,7 +338,12 @@ struct State {
     /// secret reaches telemetry.
     telemetry: std::collections::VecDeque<String>,
     telemetry_bytes: usize,
+    /// Calls the engine itself made (auth, hooks), by invocation id.
+    engine_calls: HashMap<String, EngineCall>,
 }
+
+/// Where the answer of an engine-originated call goes.
+type EngineCall = oneshot::Sender<Result<Value, (String, String)>>;
 
 /// Bound of the kept telemetry, oldest dropped first.
 const TELEMETRY_KEEP_BYTES: usize = 64 << 20;
@@ -284,6 +371,7 @@ impl State {
             started_at_ms: now_ms(),
             telemetry: std::collections::VecDeque::new(),
             telemetry_bytes: 0,
+            engine_calls: HashMap::new(),
         }
     }
 
@@ -302,6 +390,8 @@ struct Worker {
     held: Vec<Function>,
     metadata: Value,
     connected_at_ms: u128,
+    /// Set on an RBAC listener: what this connection may call and register.
+    session: Option<Arc<Session>>,
 }
 
 #[derive(Clone)]
@@ -446,25 +536,114 @@ fn now_ms() -> u128 {
 // ---- sockets ----
 
 #[allow(clippy::result_large_err)] // the handshake callback's signature is tungstenite's
-async fn serve_socket(stream: TcpStream, state: Shared) {
+async fn serve_socket(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Shared,
+    rbac: Option<Arc<RbacConfig>>,
+) {
     let mut path = String::from("/");
+    let mut query: Option<String> = None;
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
     let ws = tokio_tungstenite::accept_hdr_async(stream, |req: &Request, resp: Response| {
         path = req.uri().path().to_string();
+        query = req.uri().query().map(str::to_string);
+        for (k, v) in req.headers() {
+            if let Ok(v) = v.to_str() {
+                headers.insert(k.as_str().to_string(), v.to_string());
+            }
+        }
         Ok(resp)
     })
     .await;
-    let Ok(ws) = ws else { return };
+    let Ok(mut ws) = ws else { return };
+    if path.starts_with("/ws/channels") {
+        drain(ws).await;
+        return;
+    }
+    // An RBAC listener authenticates every worker and `/otel` connection
+    // once, after the upgrade; a refusal is one error frame, then a close.
+    let session = match rbac {
+        None => None,
+        Some(config) => {
+            let auth = match &config.auth_function_id {
+                None => Ok(AuthResult::open()),
+                Some(fid) => {
+                    let input = rbac::auth_input(&headers, query.as_deref(), peer);
+                    match engine_call(&state, fid, input).await {
+                        Ok(Value::Null) => Err("auth function returned no result".to_string()),
+                        Ok(v) => serde_json::from_value::<AuthResult>(v).map_err(|e| e.to_string()),
+                        Err((_code, message)) => Err(message),
+                    }
+                }
+            };
+            match auth {
+                Ok(auth) => Some(Arc::new(Session { config, auth })),
+                Err(message) => {
+                    let frame = rbac::auth_error_frame(&message);
+                    let _ = ws.send(WsMessage::Text(frame.into())).await;
+                    let _ = ws.close(None).await;
+                    return;
+                }
+            }
+        }
+    };
     if path.starts_with("/otel") {
         // SDKs open `/otel` by default. Nothing here analyses telemetry; it
         // is kept, bounded, for tests that look for leaked secrets in it.
         keep_telemetry(ws, state).await;
         return;
     }
-    if path.starts_with("/ws/channels") {
-        drain(ws).await;
-        return;
+    serve_worker(ws, state, session).await;
+}
+
+/// Calls `function_id` as the engine itself (no caller worker), and waits
+/// for its answer: `Err((code, message))` when it is missing, fails, or
+/// times out.
+async fn engine_call(
+    state: &Shared,
+    function_id: &str,
+    data: Value,
+) -> Result<Value, (String, String)> {
+    let invocation_id = Uuid::new_v4().to_string();
+    let (tx, rx) = oneshot::channel();
+    {
+        let mut st = lock(state);
+        let Some(callee) = st
+            .functions
+            .get(&(DEFAULT_NAMESPACE.to_string(), function_id.to_string()))
+            .map(|f| f.owner)
+        else {
+            return Err((
+                "function_not_found".into(),
+                format!("Function {function_id} not found in namespace {DEFAULT_NAMESPACE}."),
+            ));
+        };
+        let local = st
+            .workers
+            .get(&callee)
+            .and_then(|w| w.session.as_ref())
+            .map(|s| s.local_id(function_id).to_string())
+            .unwrap_or_else(|| function_id.to_string());
+        st.engine_calls.insert(invocation_id.clone(), tx);
+        let frame = encode(&ForwardFrame {
+            r#type: "invokefunction",
+            invocation_id: Some(&invocation_id),
+            function_id: &local,
+            data: &data,
+            metadata: None,
+            traceparent: None,
+            baggage: None,
+        });
+        send(&st, callee, frame);
     }
-    serve_worker(ws, state).await;
+    match tokio::time::timeout(ENGINE_CALL_TIMEOUT, rx).await {
+        Ok(Ok(answer)) => answer,
+        _ => {
+            lock(state).engine_calls.remove(&invocation_id);
+            Err(("timeout".into(), format!("{function_id} did not answer")))
+        }
+    }
 }
 
 async fn keep_telemetry(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: Shared) {
@@ -492,7 +671,11 @@ async fn drain(ws: tokio_tungstenite::WebSocketStream<TcpStream>) {
     while let Some(Ok(_)) = source.next().await {}
 }
 
-async fn serve_worker(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: Shared) {
+async fn serve_worker(
+    ws: tokio_tungstenite::WebSocketStream<TcpStream>,
+    state: Shared,
+    session: Option<Arc<Session>>,
+) {
     let (mut sink, mut source) = ws.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Outbound>();
     let worker_id = Uuid::new_v4();
@@ -513,6 +696,7 @@ async fn serve_worker(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: 
             held: Vec::new(),
             metadata: Value::Null,
             connected_at_ms: now_ms(),
+            session: session.clone(),
         },
     );
 
@@ -548,10 +732,19 @@ async fn serve_worker(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: 
             Ok(WsMessage::Close(_)) | Err(_) => break,
             Ok(_) => continue, // pings are answered by tungstenite itself
         };
-        let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(&text) else {
+        let Ok(Value::Object(mut msg)) = serde_json::from_str::<Value>(&text) else {
             tracing::debug!("ignoring an undecodable frame");
             continue;
         };
+        if let Some(session) = &session {
+            // Registrations through an RBAC listener pass its gate first;
+            // frames of one connection stay in order, as on the engine.
+            if str_field(&msg, "type") == Some("registerfunction")
+                && !admit_registration(&state, session, &mut msg).await
+            {
+                continue;
+            }
+        }
         handle_frame(&state, worker_id, msg);
     }
 
@@ -559,6 +752,50 @@ async fn serve_worker(ws: tokio_tungstenite::WebSocketStream<TcpStream>, state: 
     disconnect(&state, worker_id);
     let _ = tx.send(Outbound::Close);
     let _ = writer.await;
+}
+
+/// Applies an RBAC session to one `registerfunction`: refused when the
+/// session may not register, or the hook throws or answers no object; the
+/// hook may map the id, description and metadata; the prefix comes last.
+async fn admit_registration(
+    state: &Shared,
+    session: &Session,
+    msg: &mut Map<String, Value>,
+) -> bool {
+    if !session.auth.allow_function_registration {
+        return false;
+    }
+    let Some(id) = str_field(msg, "id").map(str::to_string) else {
+        return false;
+    };
+    let mut id = id;
+    if let Some(hook) = &session.config.on_function_registration_function_id {
+        let input = json!({
+            "function_id": id,
+            "description": msg.get("description"),
+            "metadata": msg.get("metadata"),
+            "namespace": DEFAULT_NAMESPACE,
+            "context": session.context(),
+        });
+        match engine_call(state, hook, input).await {
+            Ok(Value::Object(mapped)) => {
+                if let Some(s) = mapped.get("function_id").and_then(Value::as_str) {
+                    id = s.to_string();
+                }
+                for key in ["description", "metadata"] {
+                    if let Some(v) = mapped.get(key) {
+                        msg.insert(key.into(), v.clone());
+                    }
+                }
+            }
+            other => {
+                tracing::debug!(function_id = %id, answered = other.is_ok(), "registration denied by hook");
+                return false;
+            }
+        }
+    }
+    msg.insert("id".into(), Value::String(session.registered_id(&id)));
+    true
 }
 
 fn send(st: &State, to: Uuid, frame: String) {
@@ -609,6 +846,12 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             let Some(id) = str_field(&msg, "id") else {
                 return;
             };
+            let prefixed = st
+                .workers
+                .get(&from)
+                .and_then(|w| w.session.as_ref())
+                .map(|s| s.registered_id(id));
+            let id = prefixed.as_deref().unwrap_or(id);
             let ns = worker_namespace(&st, from);
             let key = (ns, id.to_string());
             if st.functions.get(&key).map(|f| f.owner) == Some(from) {
@@ -623,6 +866,23 @@ fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) {
             let Some(inv) = str_field(&msg, "invocation_id") else {
                 return;
             };
+            if let Some(waiter) = st.engine_calls.remove(inv) {
+                let answer = match msg.get("error").filter(|e| !e.is_null()) {
+                    Some(e) => Err((
+                        e.get("code")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        e.get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    )),
+                    None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                let _ = waiter.send(answer);
+                return;
+            }
             if let Some(p) = st.pending.get(inv) {
                 if p.callee != from {
                     return;
@@ -896,6 +1156,26 @@ fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
         .unwrap_or(DEFAULT_NAMESPACE)
         .to_string();
 
+    // An RBAC connection's calls, the engine's own functions included, pass
+    // its decision first; a denial answers even a void call.
+    if let Some(session) = st.workers.get(&from).and_then(|w| w.session.clone()) {
+        let metadata = st
+            .functions
+            .get(&(namespace.clone(), function_id.clone()))
+            .and_then(|f| f.metadata.clone());
+        if let Err(message) = session.decide(&function_id, metadata.as_ref()) {
+            let inv = invocation_id
+                .clone()
+                .unwrap_or_else(|| Uuid::new_v4().to_string());
+            send(
+                st,
+                from,
+                error_frame(&inv, &function_id, "FORBIDDEN", &message),
+            );
+            return;
+        }
+    }
+
     if function_id.starts_with("engine::") {
         let answer = builtin(st, from, &function_id, &data);
         if let (Some(inv), Some(answer)) = (invocation_id.as_deref(), answer) {
@@ -958,10 +1238,18 @@ fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
         other => other,
     };
     let void = action == Some("void") || invocation_id.is_none();
+    // A prefixed registration is reached by its bus id; its SDK knows it
+    // without the prefix.
+    let local_id = st
+        .workers
+        .get(&callee)
+        .and_then(|w| w.session.as_ref())
+        .map(|s| s.local_id(&function_id).to_string())
+        .unwrap_or_else(|| function_id.clone());
     let frame = encode(&ForwardFrame {
         r#type: "invokefunction",
         invocation_id: if void { None } else { invocation_id.as_deref() },
-        function_id: &function_id,
+        function_id: &local_id,
         data: &data,
         metadata: msg.get("metadata"),
         traceparent: msg.get("traceparent"),

@@ -1119,10 +1119,12 @@ async fn guests_see_only_their_own_process_tree() {
     h.finish().await;
 }
 
-/// Connects to the engine's port from inside a sandbox; prints the outcome.
+/// Connects to the engine's port (on the host's 127.0.0.1) through the
+/// sandbox gateway from inside a sandbox; prints the outcome.
 fn connect_probe(port: u16) -> String {
+    let gateway = code_runner_conformance::sandbox_double::network::GATEWAY;
     format!(
-        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 5)\n    print('connected')\nexcept OSError as e:\n    print('refused')"
+        "import socket\ntry:\n    socket.create_connection(('{gateway}', {port}), 5)\n    print('connected')\nexcept OSError as e:\n    print('refused')"
     )
 }
 
@@ -1443,7 +1445,8 @@ async fn network_true_rewrites_loopback_urls_in_create_env_only() {
         .await;
     assert_eq!(
         out["stdout"],
-        "ws://127.0.0.1:49134 http://localhost/ http://127.0.0.1:8080/x ws://localhost:1\n"
+        "ws://10.0.2.2:49134 http://localhost/ http://10.0.2.2:8080/x ws://localhost:1\n",
+        "the daemon's gateway (slirp4netns' 10.0.2.2) replaces loopback hosts"
     );
     h.finish().await;
 }

@@ -52,6 +52,15 @@ function installIii(sourceText, defaultName) {
     ? (ensurePackageJson(), import(pathToFileURL(SDK_FILE).href).then((m) => { sdk = m; }, (e) => { loadError = e; }))
     : Promise.resolve();
 
+  // III_URL, plus the run's guest-listener token when the worker gave one.
+  function engineUrl() {
+    let url = process.env.III_URL || 'ws://127.0.0.1:49134';
+    const token = process.env.III_GUEST_TOKEN;
+    if (!token) return url;
+    if (!url.split('://').pop().includes('/')) url += '/';
+    return `${url}${url.includes('?') ? '&' : '?'}token=${token}`;
+  }
+
   function getClient() {
     if (client) return client;
     if (!sdk && !loadError && fs.existsSync(SDK_FILE)) {
@@ -63,7 +72,7 @@ function installIii(sourceText, defaultName) {
       throw new Error(`iii-sdk is not available in this runtime (${SDK_FILE} ${
         loadError ? `failed to load: ${loadError.message}` : 'is missing'}); the iii global cannot connect`);
     }
-    client = sdk.registerWorker(process.env.III_URL || 'ws://127.0.0.1:49134', {
+    client = sdk.registerWorker(engineUrl(), {
       workerName,
       otel: { enabled: false },
       enableMetricsReporting: false,

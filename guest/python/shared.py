@@ -1,6 +1,7 @@
 # sandbox-code-runner: the prelude of both python wrappers (run.py and
 # invoke.py). The worker sends `shared.py + <wrapper>` as one `python3 -c`
 # script, so this is defined once for both; it imports what it uses.
+
 def _install_iii(default_name):
     """Install builtins.iii: a stand-in for the PyPI iii-sdk client that imports
     the SDK (~0.5 s) and connects only on first real use; repr/str/dir never
@@ -59,8 +60,15 @@ def _install_iii(default_name):
             core = sys.modules.get("iii.iii")
             if core is not None and hasattr(core, "announce_process"):
                 core.announce_process = lambda *args, **kwargs: (lambda: None)
+            # III_URL, plus the run's guest-listener token when the worker gave one.
+            url = os.environ.get("III_URL") or None
+            token = os.environ.get("III_GUEST_TOKEN")
+            if url and token:
+                if "/" not in url.split("://", 1)[-1]:
+                    url += "/"
+                url += ("&" if "?" in url else "?") + "token=" + token
             state["client"] = sdk.register_worker(
-                os.environ.get("III_URL") or None,
+                url,
                 sdk.InitOptions(worker_name=name, otel={"enabled": False},
                                 enable_metrics_reporting=False))
             return state["client"]

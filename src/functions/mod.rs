@@ -1,6 +1,7 @@
 //! One module per bus function: decode at the edge, call the manager,
 //! encode. Nothing below here sees JSON requests.
 
+pub mod guest_auth;
 pub mod register;
 pub mod run;
 pub mod teardown;
@@ -48,8 +49,10 @@ where
     })
 }
 
-/// Publishes the three functions, with their schemas, and the internal stats.
+/// Publishes the three functions, with their schemas, the internal stats
+/// and the guest listener's auth function and registration hook.
 pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
+    guest_auth::publish(bus, manager);
     let stats = manager.stats();
     bus.publish(
         run::spec(),

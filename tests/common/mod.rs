@@ -70,11 +70,15 @@ impl Harness {
         .expect("bench starts");
         let config_path = dir.join("config.yaml");
         // Exact leak accounting needs an empty pool unless a test asks for one.
-        let config = if config.contains("warm_pool") {
+        let mut config = if config.contains("warm_pool") {
             config.to_string()
         } else {
             format!("warm_pool: 0\n{config}")
         };
+        // Guests take the secure path: the bench's guest listener.
+        if let (false, Some(g)) = (config.contains("guest_url"), bench.guest_url()) {
+            config = format!("guest_url: {g}\n{config}");
+        }
         std::fs::write(&config_path, config).expect("config written");
         let log_path = dir.join("worker.log");
         let client = code_runner_conformance::client::connect(&bench.url(), "e2e-caller")

@@ -405,7 +405,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
     }
     let running = d
         .isolation
-        .spawn(&guest.scratch, &spec)
+        .spawn_in(&guest.scratch, &spec, guest.net.clone())
         .await
         .map_err(|e| SandboxError::BootFailed(format!("shell run: spawn: {e}")))?;
     let handle = running.handle.clone();

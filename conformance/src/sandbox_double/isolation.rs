@@ -42,6 +42,16 @@ use uuid::Uuid;
 
 use super::guest_path::GuestView;
 use super::image_layer::{ExecWorkdirs, ImageLayer};
+use super::network::GuestNet;
+
+/// Moves the calling thread into the network namespace `fd`.
+fn set_net(fd: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: setns on a namespace fd this process holds open.
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// Each stream is silently cut at 1 MiB, as the daemon's output sink does.
 pub const OUTPUT_CAP: usize = 1_048_576;
@@ -285,6 +295,8 @@ impl Running {
 }
 
 type SpawnReply = oneshot::Sender<hakoniwa::Result<hakoniwa::Child>>;
+/// A command, the sandbox network it joins (if any), and where to answer.
+type SpawnJob = (hakoniwa::Command, Option<Arc<GuestNet>>, SpawnReply);
 
 /// Spawns sandboxed processes from one long-lived thread (see module docs).
 pub struct Isolation {
@@ -293,7 +305,7 @@ pub struct Isolation {
     state: PathBuf,
     /// One shared writable layer per image, created on first use.
     layers: Mutex<std::collections::HashMap<String, Arc<ImageLayer>>>,
-    jobs: Mutex<Option<mpsc::Sender<(hakoniwa::Command, SpawnReply)>>>,
+    jobs: Mutex<Option<mpsc::Sender<SpawnJob>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -302,12 +314,36 @@ impl Isolation {
     /// prove namespaces work; see [`Isolation::probe`].
     pub fn new() -> Result<Isolation, String> {
         let layout = HostLayout::detect()?;
-        let (tx, rx) = mpsc::channel::<(hakoniwa::Command, SpawnReply)>();
+        let (tx, rx) = mpsc::channel::<SpawnJob>();
         let thread = std::thread::Builder::new()
             .name("sandbox-spawner".into())
             .spawn(move || {
-                while let Ok((mut cmd, reply)) = rx.recv() {
-                    if let Err(Ok(mut child)) = reply.send(cmd.spawn()) {
+                // The host's namespace, to come back to after a spawn into a
+                // sandbox network (a fork inherits the forking thread's).
+                let host_net = std::fs::File::open("/proc/thread-self/ns/net").ok();
+                while let Ok((mut cmd, net, reply)) = rx.recv() {
+                    let joined = match (&net, &host_net) {
+                        (Some(n), Some(_)) => set_net(n.ns_fd()),
+                        (Some(_), None) => Err(std::io::Error::other(
+                            "the host network namespace is not addressable",
+                        )),
+                        (None, _) => Ok(()),
+                    };
+                    let spawned = match joined {
+                        Ok(()) => cmd.spawn(),
+                        Err(e) => Err(hakoniwa::Error::UnError(format!(
+                            "cannot join the sandbox network: {e}"
+                        ))),
+                    };
+                    if let (Some(_), Some(host)) = (&net, &host_net) {
+                        if set_net(host.as_raw_fd()).is_err() {
+                            // Never spawn another sandbox into a foreign
+                            // network: stop serving instead.
+                            let _ = reply.send(spawned);
+                            break;
+                        }
+                    }
+                    if let Err(Ok(mut child)) = reply.send(spawned) {
                         // The caller went away: do not leave it running.
                         let _ = child.kill();
                         let _ = child.wait();
@@ -454,6 +490,17 @@ impl Isolation {
     /// Starts `spec` inside `scratch`'s sandbox. The output is collected on
     /// helper threads; see [`Running::outcome`].
     pub async fn spawn(&self, scratch: &Scratch, spec: &ExecSpec) -> std::io::Result<Running> {
+        self.spawn_in(scratch, spec, None).await
+    }
+
+    /// [`Isolation::spawn`], inside `net` (a `network:true` sandbox's own
+    /// network) when given; `spec.network` must then be true.
+    pub async fn spawn_in(
+        &self,
+        scratch: &Scratch,
+        spec: &ExecSpec,
+        net: Option<Arc<GuestNet>>,
+    ) -> std::io::Result<Running> {
         let workdirs = scratch.view().layer().workdirs()?;
         let mut cmd = match self.command(scratch, spec, &workdirs) {
             Ok(cmd) => cmd,
@@ -472,7 +519,7 @@ impl Isolation {
             let sent = match jobs.as_ref() {
                 None => Err(std::io::Error::other("the double is shutting down")),
                 Some(jobs) => jobs
-                    .send((cmd, tx))
+                    .send((cmd, net, tx))
                     .map_err(|_| std::io::Error::other("the spawner thread is gone")),
             };
             if let Err(e) = sent {
@@ -650,7 +697,7 @@ impl Drop for Isolation {
 
 /// Brings `lo` up in a fresh network namespace (it starts down), so
 /// guest-local loopback works as in a VM without a network device.
-fn loopback_up() {
+pub(super) fn loopback_up() {
     // SAFETY: a throwaway socket and two ioctls on a zeroed, NUL-terminated
     // `ifreq` naming "lo"; every return value is checked or ignored safely.
     unsafe {

@@ -12,6 +12,7 @@ use super::error::SandboxError;
 use super::exec::{parse_kv, EnvShape};
 use super::isolation::Isolation;
 use super::limits::SandboxLimits;
+use super::network::{GuestNet, GATEWAY, SHARED_GATEWAY};
 use super::registry::{capacity_error, Entry, Registry, StopClaim, Summary};
 
 /// Catalog presets: name, OCI ref. The double runs them on the host's
@@ -66,16 +67,14 @@ pub async fn wait_for_boot(ready_at: Instant) {
 }
 
 /// Rewrites loopback URLs the way the daemon does for `network:true`
-/// sandboxes (to the guest's gateway). Here the guest shares the host's
-/// network, so the gateway *is* 127.0.0.1: `localhost` becomes `127.0.0.1`
-/// and `127.0.0.1` stays. Only a scheme plus an explicit port is touched.
+/// sandboxes, to the guest's gateway (slirp4netns' `10.0.2.2`, which
+/// reaches the host's 127.0.0.1; `127.0.0.1` itself when the host has no
+/// slirp4netns and guests share its network). Only a scheme plus an
+/// explicit port is touched.
 pub fn rewrite_loopback(kv: &str, gateway: &str) -> String {
     kv.replace("://localhost:", &format!("://{gateway}:"))
         .replace("://127.0.0.1:", &format!("://{gateway}:"))
 }
-
-/// The address guests reach the host's loopback at.
-const GATEWAY: &str = "127.0.0.1";
 
 /// `sandbox::create` request. Unknown fields are ignored.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -121,8 +120,23 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
         return Err(SandboxError::ImageNotInCatalog(req.image));
     }
     let mut env = req.env.into_kv_vec()?;
+    // A network:true guest gets a network of its own (see `network`).
+    let net = if req.network == Some(true) {
+        tokio::task::spawn_blocking(GuestNet::open)
+            .await
+            .map_err(|e| SandboxError::BootFailed(format!("network: {e}")))?
+            .map_err(|e| SandboxError::BootFailed(format!("network: {e}")))?
+            .map(Arc::new)
+    } else {
+        None
+    };
     if req.network == Some(true) {
-        env = env.iter().map(|kv| rewrite_loopback(kv, GATEWAY)).collect();
+        let gateway = if net.is_some() {
+            GATEWAY
+        } else {
+            SHARED_GATEWAY
+        };
+        env = env.iter().map(|kv| rewrite_loopback(kv, gateway)).collect();
     }
     let id = Uuid::new_v4();
     // A handful of mkdirs (the image layer's only on first use): cheap
@@ -131,7 +145,7 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
         .isolation
         .scratch(&req.image, id)
         .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?;
-    let entry = Entry::new(
+    let mut entry = Entry::new(
         req.name,
         req.image.clone(),
         req.idle_timeout_secs
@@ -141,6 +155,7 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
         scratch,
         parse_kv(&env),
     );
+    entry.net = net;
     d.registry.insert(id, entry, capacity)?;
     Ok(CreateResponse {
         sandbox_id: id.to_string(),

@@ -19,6 +19,7 @@ pub mod image_layer;
 pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
+pub mod network;
 pub mod registry;
 pub mod run;
 

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use super::error::SandboxError;
 use super::isolation::{ProcHandle, Scratch};
+use super::network::GuestNet;
 
 /// How long a stop waits for an exec's processes to be reaped after
 /// SIGKILL before giving up on them.
@@ -42,6 +43,8 @@ pub struct Entry {
     pub scratch: Arc<Scratch>,
     /// Create-time environment, inherited by every exec.
     pub env: Arc<Vec<(String, String)>>,
+    /// Its own network (`network:true` on a host with slirp4netns).
+    pub net: Option<Arc<GuestNet>>,
     procs: HashMap<u64, Arc<ProcHandle>>,
     next_proc: u64,
 }
@@ -70,6 +73,7 @@ impl Entry {
             network,
             scratch: Arc::new(scratch),
             env: Arc::new(env),
+            net: None,
             procs: HashMap::new(),
             next_proc: 0,
         }
@@ -84,6 +88,7 @@ pub struct Guest {
     pub env: Arc<Vec<(String, String)>>,
     pub ready_at: Instant,
     pub network: bool,
+    pub net: Option<Arc<GuestNet>>,
 }
 
 /// One row of `sandbox::list`.
@@ -388,6 +393,7 @@ fn guest_of(id: Uuid, e: &Entry) -> Guest {
         env: e.env.clone(),
         ready_at: e.ready_at,
         network: e.network,
+        net: e.net.clone(),
     }
 }
 

@@ -185,6 +185,7 @@ fn build_worker(dir: &Path) -> Result<(), EnvError> {
 pub struct WorkerProcess {
     cmd: WorkerCommand,
     url: String,
+    guest_url: Option<String>,
     url_via: UrlVia,
     config_path: Option<PathBuf>,
     pub log_path: PathBuf,
@@ -199,6 +200,19 @@ impl WorkerProcess {
         url: &str,
         url_via: UrlVia,
         config: Option<&str>,
+    ) -> Result<WorkerProcess, EnvError> {
+        WorkerProcess::spawn_with_guest(cmd, url, url_via, config, None)
+    }
+
+    /// [`WorkerProcess::spawn`], telling the worker the engine's guest
+    /// listener through `III_GUEST_URL` (an env var: a worker that knows no
+    /// guest listener ignores it).
+    pub fn spawn_with_guest(
+        cmd: &WorkerCommand,
+        url: &str,
+        url_via: UrlVia,
+        config: Option<&str>,
+        guest_url: Option<String>,
     ) -> Result<WorkerProcess, EnvError> {
         let dir = std::env::temp_dir().join(format!(
             "code-runner-conformance-{}-{:08x}",
@@ -219,6 +233,7 @@ impl WorkerProcess {
         let mut w = WorkerProcess {
             cmd: cmd.clone(),
             url: url.to_string(),
+            guest_url,
             url_via,
             config_path,
             log_path: dir.join("worker.log"),
@@ -238,6 +253,10 @@ impl WorkerProcess {
         let mut c = tokio::process::Command::new(&self.cmd.program);
         c.args(&self.cmd.args);
         c.env_remove("III_URL");
+        c.env_remove("III_GUEST_URL");
+        if let Some(g) = &self.guest_url {
+            c.env("III_GUEST_URL", g);
+        }
         match self.url_via {
             UrlVia::Flag => {
                 c.arg("--url").arg(&self.url);
@@ -530,7 +549,8 @@ impl Env {
         .map_err(|e| EnvError::Failed(format!("the bench cannot start: {e}")))?;
         let url = bench.url();
         let client = connect(&url).await?;
-        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        let mut worker =
+            WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, bench.guest_url())?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(&url, client, functions, "hermetic");
         env.bench = Some(bench);

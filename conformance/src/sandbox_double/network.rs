@@ -1,0 +1,175 @@
+//! The sandbox network of a `network:true` sandbox, as the real daemon
+//! gives it (`shared/spec/sandbox-contract.md`): the guest has its own
+//! network, where one gateway address reaches the host's `127.0.0.1` on
+//! any port and nothing else on the host's loopback (the guest's own
+//! 127.0.0.0/8 never leaves it), while outbound traffic goes out through
+//! the host.
+//!
+//! Each such sandbox gets a network namespace of its own, with `lo` up and
+//! Debian's `slirp4netns` attached as its NIC: slirp's gateway `10.0.2.2`
+//! is the host's `127.0.0.1`, its `10.0.2.3` resolves names, and the
+//! default route leaves through the host. Every exec of the sandbox joins
+//! that namespace (see [`super::isolation::Isolation::spawn_in`]), so it is
+//! one network per VM, as on the daemon.
+//!
+//! Without `slirp4netns` on the host the double falls back to sharing the
+//! host's network (the gateway is then 127.0.0.1 itself) and says so once.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// The address guests reach the host's 127.0.0.1 at (slirp4netns' gateway).
+pub const GATEWAY: &str = "10.0.2.2";
+
+/// The address guests reach the host's loopback at when the host has no
+/// `slirp4netns`: the double then shares the host's network.
+pub const SHARED_GATEWAY: &str = "127.0.0.1";
+
+/// The slirp4netns binary, when the host has one.
+fn slirp_binary() -> Option<&'static str> {
+    static FOUND: OnceLock<Option<&'static str>> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let found = ["/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file());
+        if found.is_none() {
+            tracing::warn!(
+                "slirp4netns is not installed: network:true sandboxes share the host's network, so guests reach every host loopback address (apt-get install slirp4netns)"
+            );
+        }
+        found
+    })
+}
+
+/// One sandbox's network: its namespace and the slirp4netns serving it.
+/// Dropping it ends slirp4netns; the namespace goes with its last process.
+pub struct GuestNet {
+    ns: OwnedFd,
+    child: Child,
+    /// slirp4netns exits when this, the write end of its `--exit-fd`, closes
+    /// (also when this process dies, so it never outlives the double).
+    exit_w: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for GuestNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestNet")
+            .field("slirp_pid", &self.child.id())
+            .finish()
+    }
+}
+
+/// Why a sandbox network could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot create a network namespace: {0}")]
+    Namespace(std::io::Error),
+    #[error("cannot start slirp4netns: {0}")]
+    Spawn(std::io::Error),
+    #[error("slirp4netns did not come up: {0}")]
+    NotReady(String),
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid two-int buffer; on success both are new fds
+    // that nothing else owns.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A fresh network namespace with `lo` up, held by an fd.
+fn new_namespace() -> std::io::Result<OwnedFd> {
+    // unshare(2) moves the calling thread only; a throwaway thread keeps
+    // every other thread of the double in the host's namespace.
+    std::thread::spawn(|| -> std::io::Result<OwnedFd> {
+        // SAFETY: plain syscalls on this thread's own namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        super::isolation::loopback_up();
+        let f = std::fs::File::open("/proc/thread-self/ns/net")?;
+        Ok(OwnedFd::from(f))
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the namespace thread panicked"))?
+}
+
+impl GuestNet {
+    /// A sandbox network, or `Ok(None)` when the host has no slirp4netns.
+    /// Blocking: call it off the async runtime.
+    pub fn open() -> Result<Option<GuestNet>, NetError> {
+        let Some(slirp) = slirp_binary() else {
+            return Ok(None);
+        };
+        let ns = new_namespace().map_err(NetError::Namespace)?;
+        let (ready_r, ready_w) = pipe().map_err(NetError::Spawn)?;
+        let (exit_r, exit_w) = pipe().map_err(NetError::Spawn)?;
+        let ns_path = format!("/proc/{}/fd/{}", std::process::id(), ns.as_raw_fd());
+        let (ready_fd, exit_fd) = (ready_w.as_raw_fd(), exit_r.as_raw_fd());
+        let mut cmd = Command::new(slirp);
+        cmd.args([
+            "--configure",
+            "--mtu=65520",
+            "--netns-type=path",
+            &format!("--ready-fd={ready_fd}"),
+            &format!("--exit-fd={exit_fd}"),
+            &ns_path,
+            "tap0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: only fcntl, which is async-signal-safe, between fork and
+        // exec: the two pipe ends slirp4netns is told about survive exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in [ready_fd, exit_fd] {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(NetError::Spawn)?;
+        // Our copies of slirp's ends: closing the ready writer lets the read
+        // below see EOF if slirp dies before it is ready.
+        drop(ready_w);
+        drop(exit_r);
+        let mut byte = [0u8; 1];
+        let mut reader = std::fs::File::from(ready_r);
+        match reader.read(&mut byte) {
+            Ok(1) => {}
+            other => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                return Err(NetError::NotReady(format!("{other:?}, exit {status:?}")));
+            }
+        }
+        Ok(Some(GuestNet {
+            ns,
+            child,
+            exit_w: Some(exit_w),
+        }))
+    }
+
+    /// The namespace fd, for `setns` before a spawn.
+    pub fn ns_fd(&self) -> libc::c_int {
+        self.ns.as_raw_fd()
+    }
+}
+
+impl Drop for GuestNet {
+    fn drop(&mut self) {
+        self.exit_w.take();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

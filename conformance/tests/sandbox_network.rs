@@ -1,0 +1,132 @@
+//! The double's sandbox network models the daemon's gateway: a
+//! `network:true` guest reaches the host's 127.0.0.1 (any port) at one
+//! gateway address, and nothing else on the host's loopback; its own
+//! 127.0.0.1 is its own; its default route leaves through the gateway.
+
+mod common;
+
+use code_runner_conformance::engine::StandInEngine;
+use code_runner_conformance::sandbox_double::network::GATEWAY;
+use code_runner_conformance::sandbox_double::{SandboxDouble, SandboxLimits};
+use iii_sdk::protocol::TriggerRequest;
+use iii_sdk::IIIClient;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+async fn call(c: &IIIClient, function_id: &str, payload: Value) -> Value {
+    c.trigger(TriggerRequest {
+        function_id: function_id.into(),
+        payload: payload.clone(),
+        action: None,
+        timeout_ms: Some(60_000),
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{function_id} {payload}: {e:?}"))
+}
+
+/// Python that tries each `(host, port)` and prints one word per target.
+fn probe(targets: &[(&str, u16)]) -> String {
+    let list: Vec<String> = targets
+        .iter()
+        .map(|(h, p)| format!("('{h}', {p})"))
+        .collect();
+    format!(
+        "import socket\nfor t in [{}]:\n    try:\n        socket.create_connection(t, 3).close()\n        print('open')\n    except OSError:\n        print('closed')",
+        list.join(", ")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
+    let engine = StandInEngine::start(0).await.expect("engine");
+    let double = SandboxDouble::start(&engine.url(), SandboxLimits::default())
+        .await
+        .expect("double");
+    let c = common::client(&engine.url(), "network-test").await;
+    // Two host services: one on 127.0.0.1 (what the gateway forwards to),
+    // one on the host-only 127.0.0.2 (where a main listener belongs).
+    let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let on_two = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let (p1, p2) = (
+        on_one.local_addr().unwrap().port(),
+        on_two.local_addr().unwrap().port(),
+    );
+    let id = call(
+        &c,
+        "sandbox::create",
+        json!({"image": "python", "network": true, "env": {"SVC": format!("ws://127.0.0.1:{p1}")}}),
+    )
+    .await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let code = probe(&[
+        (GATEWAY, p1),
+        ("127.0.0.1", p1),
+        ("127.0.0.2", p2),
+        (GATEWAY, p2),
+    ]);
+    let out = call(
+        &c,
+        "sandbox::exec",
+        json!({"sandbox_id": id, "argv": ["python3", "-c", code]}),
+    )
+    .await;
+    assert_eq!(
+        out["stdout"], "open\nclosed\nclosed\nclosed\n",
+        "gateway→host 127.0.0.1 open; guest's own loopback, host 127.0.0.2 closed: {out}"
+    );
+
+    // The create-time env points at the gateway, and the default route
+    // (outbound traffic) leaves through it.
+    let out = call(
+        &c,
+        "sandbox::exec",
+        json!({"sandbox_id": id, "argv": ["sh", "-c", "echo $SVC; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"]}),
+    )
+    .await;
+    assert_eq!(out["stdout"], format!("ws://{GATEWAY}:{p1}\n1\n"), "{out}");
+
+    // Each sandbox has a network of its own, and two execs of one sandbox
+    // share it (one network per VM): compare namespace identities.
+    let other = call(
+        &c,
+        "sandbox::create",
+        json!({"image": "python", "network": true}),
+    )
+    .await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ns_of = |sid: String| {
+        let c = &c;
+        async move {
+            call(
+                c,
+                "sandbox::exec",
+                json!({"sandbox_id": sid, "argv": ["readlink", "/proc/self/ns/net"]}),
+            )
+            .await["stdout"]
+                .as_str()
+                .unwrap()
+                .trim()
+                .to_string()
+        }
+    };
+    let (a1, a2, b) = (
+        ns_of(id.clone()).await,
+        ns_of(id.clone()).await,
+        ns_of(other).await,
+    );
+    let host = std::fs::read_link("/proc/self/ns/net")
+        .unwrap()
+        .display()
+        .to_string();
+    assert!(a1.starts_with("net:["), "{a1}");
+    assert_eq!(a1, a2, "execs of one sandbox share its network");
+    assert_ne!(a1, b, "two sandboxes share a network");
+    assert_ne!(a1, host, "a sandbox uses the host's network");
+    c.shutdown_async().await;
+    double.shutdown().await;
+    engine.shutdown().await;
+}
