@@ -256,8 +256,8 @@ mod tests {
     use rstest::rstest;
 
     #[rstest]
-    #[case("U=ws://localhost:49134", "U=ws://127.0.0.1:49134")]
-    #[case("U=http://127.0.0.1:8080/x", "U=http://127.0.0.1:8080/x")]
+    #[case("U=ws://localhost:49134", "U=ws://10.0.2.2:49134")]
+    #[case("U=http://127.0.0.1:8080/x", "U=http://10.0.2.2:8080/x")]
     #[case("U=http://localhost/", "U=http://localhost/")]
     #[case("U=localhost:80", "U=localhost:80")]
     fn loopback_rewrite(#[case] input: &str, #[case] want: &str) {
