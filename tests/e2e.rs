@@ -850,7 +850,10 @@ async fn console_assets_are_served_and_bound() {
         common::TriggerProvider::start(&h.bench.url(), &["console:script", "console:style"]).await;
     let bound = wait_for(Duration::from_secs(10), || async {
         console.bindings("console:script", "sandbox-code-runner::ui-content")
-            == vec![json!({"path": "sandbox-code-runner/cards.js"})]
+            == vec![
+                json!({"path": "sandbox-code-runner/cards.js"}),
+                json!({"path": "sandbox-code-runner/page.js"}),
+            ]
             && console.bindings("console:style", "sandbox-code-runner::ui-content")
                 == vec![json!({"path": "sandbox-code-runner/cards.css"})]
     })
