@@ -124,12 +124,15 @@ impl Subscriber {
             .events
             .as_ref()
             .is_none_or(|ev| ev.iter().any(|k| k == e.event.as_str()));
+        // `app` and `app::` name the same namespace.
+        let bare = |s: &str| s.trim_end_matches("::").to_string();
         let ns_ok = self.namespace.as_ref().is_none_or(|ns| {
             e.runtime
                 .as_ref()
                 .and_then(|r| r.get("namespace"))
                 .and_then(Value::as_str)
-                == Some(ns.as_str())
+                .map(bare)
+                == Some(bare(ns))
         });
         kind_ok && ns_ok
     }
