@@ -176,7 +176,7 @@ function group(ns: string, rs: RuntimeEntry[], state: ViewState, actions: Action
       h(
         "thead",
         null,
-        h("tr", null, ...["handle", "lang", "functions", "created", "last used", "reaped", "execs", "exec time", "VM"].map((c) => h("th", { scope: "col" }, c))),
+        h("tr", null, ...["handle", "lang", "functions", "created", "last used", "reaped if idle", "execs", "exec time", "VM"].map((c) => h("th", { scope: "col" }, c))),
       ),
       h("tbody", null, ...shown.map((r) => row(r, now))),
     ),
