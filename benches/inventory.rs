@@ -38,7 +38,11 @@ struct MemSandbox {
 #[async_trait::async_trait]
 impl SandboxApi for MemSandbox {
     async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
-        let id = format!("{:08x}-0000-4000-8000-{:012x}", 0, self.next.fetch_add(1, Ordering::Relaxed));
+        let id = format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            0,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
         self.live.lock().unwrap().insert(id.clone(), p.name);
         Ok(id)
     }
@@ -153,14 +157,17 @@ fn main() {
     let mut g = c.benchmark_group("inventory");
     let stats = full.handler(functions::STATS);
     g.bench_function("baseline_stats_handler", |b| {
-        b.to_async(&rt).iter(|| async { stats(json!({})).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { stats(json!({})).await.unwrap() })
     });
     let list0 = empty.handler(functions::LIST_RUNTIMES);
     g.bench_function("list_runtimes/0", |b| {
-        b.to_async(&rt).iter(|| async { list0(json!({})).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { list0(json!({})).await.unwrap() })
     });
     g.bench_function("list_runtimes/1000_kept", |b| {
-        b.to_async(&rt).iter(|| async { list(json!({})).await.unwrap() })
+        b.to_async(&rt)
+            .iter(|| async { list(json!({})).await.unwrap() })
     });
     g.finish();
     c.final_summary();

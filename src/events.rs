@@ -269,3 +269,42 @@ pub fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, ns: Option<&str>) -> Event {
+        Event {
+            event: kind,
+            at_ms: 1,
+            runtime: Some(serde_json::json!({"handle": "h-1", "namespace": ns})),
+            function_id: None,
+            swept: None,
+        }
+    }
+
+    #[test]
+    fn filters_by_event_name_and_namespace_in_either_form() {
+        let all = Subscriber::from_config("a::f".into(), &serde_json::json!({}));
+        let expired = Subscriber::from_config(
+            "a::f".into(),
+            &serde_json::json!({"events": ["runtime.expired"]}),
+        );
+        let app = Subscriber::from_config("a::f".into(), &serde_json::json!({"namespace": "app"}));
+        let created = event(EventKind::RuntimeCreated, Some("app::"));
+        assert!(all.wants(&created));
+        assert!(!expired.wants(&created));
+        assert!(expired.wants(&event(EventKind::RuntimeExpired, None)));
+        assert!(app.wants(&created));
+        assert!(!app.wants(&event(EventKind::RuntimeCreated, Some("other::"))));
+        assert!(!app.wants(&event(EventKind::RuntimeCreated, None)));
+    }
+
+    #[test]
+    fn names_serialize_as_documented() {
+        for k in EventKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+    }
+}

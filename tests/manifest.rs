@@ -53,3 +53,23 @@ fn functions_are_the_published_ones() {
     assert!(listed.contains(&sandbox_code_runner::settings::GUIDANCE_FN));
     assert!(listed.contains(&sandbox_code_runner::functions::STATS));
 }
+
+#[test]
+fn trigger_types_are_the_provided_ones() {
+    let m = manifest();
+    let listed: Vec<&str> = m["trigger_types"]
+        .as_sequence()
+        .expect("trigger_types")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(listed, [sandbox_code_runner::events::TRIGGER_TYPE]);
+    let described = m["trigger_types"][0]["description"].as_str().unwrap();
+    for kind in sandbox_code_runner::events::EventKind::ALL {
+        assert!(
+            described.contains(kind.as_str()),
+            "{} missing from the manifest",
+            kind.as_str()
+        );
+    }
+}
