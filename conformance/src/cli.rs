@@ -12,6 +12,10 @@ use crate::sandbox_double::SandboxArgs;
 #[derive(Parser, Debug)]
 #[command(name = "code-runner-conformance", version)]
 pub struct Cli {
+    /// Library logs on stderr: `-v` INFO, `-vv` DEBUG (`RUST_LOG` overrides).
+    /// Without it only warnings show, except for `serve`, which logs INFO.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -29,6 +33,9 @@ pub enum Command {
     Compat(crate::suite::cli::CompatArgs),
     /// Compare two bench summaries (target/bench-summary-*.json), A then B.
     BenchCompare(BenchCompareArgs),
+    /// Print a draft target profile for a live worker: the functions it
+    /// publishes, their schemas, the error envelope it answers in.
+    Profile(crate::suite::draft::ProfileArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -62,11 +69,13 @@ pub fn init_tracing() {
 }
 
 /// The log level a command runs with when `RUST_LOG` is unset: the suite's
-/// stderr carries its progress lines, so the bench inside it stays quiet.
-pub fn default_log_level(command: &Command) -> &'static str {
-    match command {
-        Command::Run(_) | Command::Compat(_) => "warn",
-        _ => "info",
+/// stderr carries its progress lines and `trigger` prints an answer, so the
+/// libraries (the SDK's telemetry set-up included) stay quiet unless asked.
+pub fn default_log_level(command: &Command, verbose: u8) -> &'static str {
+    match (command, verbose) {
+        (_, 2..) => "debug",
+        (_, 1) | (Command::Serve(_), _) => "info",
+        _ => "warn",
     }
 }
 
@@ -86,6 +95,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
         Command::Trigger(args) => crate::trigger::run(args).await,
         Command::Run(args) => crate::suite::cli::run(args).await,
         Command::Compat(args) => crate::suite::cli::compat(args),
+        Command::Profile(args) => crate::suite::draft::run(args).await,
         Command::BenchCompare(args) => match crate::bench_compare::run(&args.a, &args.b) {
             Ok(table) => {
                 print!("{table}");

@@ -5,7 +5,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = code_runner_conformance::cli::Cli::parse();
     code_runner_conformance::cli::init_tracing_with(
-        code_runner_conformance::cli::default_log_level(&cli.command),
+        code_runner_conformance::cli::default_log_level(&cli.command, cli.verbose),
     );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

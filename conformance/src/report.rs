@@ -11,13 +11,51 @@ use std::sync::Mutex;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::suite::case::Level;
 use crate::suite::errors::Violation;
 use crate::suite::expectations::Verdict;
+
+/// Which levels' failures fail a run (`run --level`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LevelGate {
+    /// Only `contract` failures fail the run.
+    Contract,
+    /// `contract` and `recommended` failures fail the run.
+    Recommended,
+    /// Every failure fails the run (this repository's own CI).
+    #[default]
+    All,
+}
+
+impl LevelGate {
+    /// Whether a problem at `level` fails the run. Results with no level
+    /// (stale expectation entries) always count.
+    pub fn counts(self, level: Option<Level>) -> bool {
+        match (self, level) {
+            (_, None) | (LevelGate::All, _) => true,
+            (LevelGate::Recommended, Some(l)) => l != Level::Profile,
+            (LevelGate::Contract, Some(l)) => l == Level::Contract,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LevelGate::Contract => "contract",
+            LevelGate::Recommended => "recommended",
+            LevelGate::All => "all",
+        }
+    }
+}
 
 /// One case in a report.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseReport {
     pub id: String,
+    /// The case's normative level; none for bookkeeping entries (a stale
+    /// expectation), which count at every level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<Level>,
     pub verdict: Verdict,
     pub duration_ms: u64,
     /// Why it failed (or, for an expected failure, how).
@@ -44,7 +82,15 @@ pub struct Summary {
     pub expected_failures: usize,
     pub stale: usize,
     pub skipped: usize,
+    /// Problems that fail the run at its `--level`.
     pub unexpected: usize,
+    /// Problems outside the run's `--level`: reported, not failing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub outside_level: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A whole run.
@@ -54,8 +100,12 @@ pub struct Report {
     pub target: String,
     pub prefix: String,
     pub mode: String,
+    /// The `--level` the run was judged at.
+    pub level: LevelGate,
     pub wall_ms: u64,
     pub summary: Summary,
+    /// The same totals per level (`none`: bookkeeping entries).
+    pub by_level: BTreeMap<String, Summary>,
     /// Error envelopes the target used, over the run.
     pub envelopes: BTreeMap<String, u32>,
     /// Closed-world findings of the error table (empty when it holds).
@@ -65,8 +115,12 @@ pub struct Report {
     pub schemas: BTreeMap<String, Value>,
 }
 
+fn level_key(level: Option<Level>) -> String {
+    level.map_or("none", Level::as_str).to_string()
+}
+
 impl Report {
-    pub fn summarize(cases: &[CaseReport]) -> Summary {
+    pub fn summarize(cases: &[CaseReport], gate: LevelGate) -> Summary {
         let mut s = Summary {
             cases: cases.len(),
             ..Summary::default()
@@ -80,17 +134,44 @@ impl Report {
                 Verdict::Skip => s.skipped += 1,
             }
             if c.verdict.unexpected() {
-                s.unexpected += 1;
+                if gate.counts(c.level) {
+                    s.unexpected += 1;
+                } else {
+                    s.outside_level += 1;
+                }
             }
         }
         s
     }
 
-    /// Cases that fail the run.
+    /// Totals per level, in level order.
+    pub fn summarize_by_level(cases: &[CaseReport], gate: LevelGate) -> BTreeMap<String, Summary> {
+        let mut groups: BTreeMap<String, Vec<CaseReport>> = BTreeMap::new();
+        for c in cases {
+            groups
+                .entry(level_key(c.level))
+                .or_default()
+                .push(c.clone());
+        }
+        groups
+            .into_iter()
+            .map(|(k, v)| (k, Report::summarize(&v, gate)))
+            .collect()
+    }
+
+    /// Cases that fail the run (at its `--level`).
     pub fn unexpected(&self) -> Vec<&CaseReport> {
         self.cases
             .iter()
-            .filter(|c| c.verdict.unexpected())
+            .filter(|c| c.verdict.unexpected() && self.level.counts(c.level))
+            .collect()
+    }
+
+    /// Problems reported but outside the run's `--level`.
+    pub fn outside_level(&self) -> Vec<&CaseReport> {
+        self.cases
+            .iter()
+            .filter(|c| c.verdict.unexpected() && !self.level.counts(c.level))
             .collect()
     }
 
@@ -109,10 +190,29 @@ impl Report {
             for c in &unexpected {
                 let _ = writeln!(
                     out,
-                    "  {} {}: {}",
+                    "  {} [{}] {}: {}",
                     c.verdict.label(),
+                    level_key(c.level),
                     c.id,
-                    c.message.as_deref().unwrap_or("")
+                    indent(c.message.as_deref().unwrap_or(""), "      ")
+                );
+            }
+        }
+        let outside = self.outside_level();
+        if !outside.is_empty() {
+            let _ = writeln!(
+                out,
+                "\noutside --level {} (reported, not failing the run):",
+                self.level.as_str()
+            );
+            for c in &outside {
+                let _ = writeln!(
+                    out,
+                    "  {} [{}] {}: {}",
+                    c.verdict.label(),
+                    level_key(c.level),
+                    c.id,
+                    first_line(c.message.as_deref().unwrap_or(""))
                 );
             }
         }
@@ -130,12 +230,25 @@ impl Report {
             "\n{} on {} ({} mode): {} cases — {} passed, {} failed, {} expected failures, {} stale, {} skipped",
             self.target, self.prefix, self.mode, s.cases, s.passed, s.failed, s.expected_failures, s.stale, s.skipped
         );
+        for (level, l) in &self.by_level {
+            let _ = writeln!(
+                out,
+                "  {level:<12} {:>3} cases — {} passed, {} failed, {} expected failures, {} stale, {} skipped",
+                l.cases, l.passed, l.failed, l.expected_failures, l.stale, l.skipped
+            );
+        }
         let _ = writeln!(out, "error envelopes used by the target: {envelopes}");
         let _ = writeln!(
             out,
-            "{} unexpected result{}; wall time {:.1} s",
+            "{} unexpected result{} at --level {}{}; wall time {:.1} s",
             s.unexpected,
             if s.unexpected == 1 { "" } else { "s" },
+            self.level.as_str(),
+            if s.outside_level > 0 {
+                format!(" ({} more outside it)", s.outside_level)
+            } else {
+                String::new()
+            },
             self.wall_ms as f64 / 1000.0
         );
         out
@@ -147,7 +260,7 @@ impl Report {
         write_file(path, &text)
     }
 
-    /// The JUnit XML document.
+    /// The JUnit XML document: one `<testsuite>` per level.
     pub fn junit(&self) -> String {
         let s = &self.summary;
         let mut x = String::new();
@@ -160,75 +273,100 @@ impl Report {
             s.skipped,
             self.wall_ms as f64 / 1000.0
         );
-        let _ = writeln!(
-            x,
-            r#"  <testsuite name="{}" tests="{}" failures="{}" errors="0" skipped="{}" time="{:.3}">"#,
-            xml(&format!("{} ({})", self.target, self.prefix)),
-            s.cases,
-            s.unexpected,
-            s.skipped,
-            self.wall_ms as f64 / 1000.0
-        );
-        let _ = writeln!(x, "    <properties>");
-        let _ = writeln!(
-            x,
-            r#"      <property name="suite_version" value="{}"/>"#,
-            xml(&self.suite_version)
-        );
-        let _ = writeln!(
-            x,
-            r#"      <property name="mode" value="{}"/>"#,
-            xml(&self.mode)
-        );
-        for (k, v) in &self.envelopes {
+        for (level, l) in &self.by_level {
+            let time: u64 = self
+                .cases
+                .iter()
+                .filter(|c| level_key(c.level) == *level)
+                .map(|c| c.duration_ms)
+                .sum();
             let _ = writeln!(
                 x,
-                r#"      <property name="envelope.{}" value="{v}"/>"#,
-                xml(k)
+                r#"  <testsuite name="{}" tests="{}" failures="{}" errors="0" skipped="{}" time="{:.3}">"#,
+                xml(&format!("{} ({}) — {level}", self.target, self.prefix)),
+                l.cases,
+                l.unexpected,
+                l.skipped,
+                time as f64 / 1000.0
             );
-        }
-        let _ = writeln!(x, "    </properties>");
-        for c in &self.cases {
-            let class = c.id.split('.').next().unwrap_or(&c.id);
-            let _ = write!(
-                x,
-                r#"    <testcase classname="{}.{}" name="{}" time="{:.3}""#,
-                xml(&self.target),
-                xml(class),
-                xml(&c.id),
-                c.duration_ms as f64 / 1000.0
-            );
-            let body = match c.verdict {
-                Verdict::Pass => String::new(),
-                Verdict::Fail => format!(
-                    "      <failure message=\"{}\" type=\"fail\">{}</failure>\n",
-                    xml(&first_line(c.message.as_deref().unwrap_or("failed"))),
-                    xml(c.message.as_deref().unwrap_or(""))
-                ),
-                Verdict::Stale => format!(
-                    "      <failure message=\"{}\" type=\"stale-expectation\">{}</failure>\n",
-                    xml(&first_line(c.message.as_deref().unwrap_or("stale"))),
-                    xml(c.message.as_deref().unwrap_or(""))
-                ),
-                Verdict::Skip => format!(
-                    "      <skipped message=\"{}\"/>\n",
-                    xml(c.reason.as_deref().unwrap_or(""))
-                ),
-                Verdict::ExpectedFail => format!(
-                    "      <system-out>expected failure ({}): {}</system-out>\n",
-                    xml(c.reason.as_deref().unwrap_or("")),
-                    xml(c.message.as_deref().unwrap_or(""))
-                ),
-            };
-            if body.is_empty() {
-                let _ = writeln!(x, "/>");
-            } else {
-                let _ = write!(x, ">\n{body}    </testcase>\n");
+            let _ = writeln!(x, "    <properties>");
+            for (k, v) in [
+                ("suite_version", self.suite_version.as_str()),
+                ("mode", self.mode.as_str()),
+                ("level", level.as_str()),
+                ("gate", self.level.as_str()),
+            ] {
+                let _ = writeln!(x, r#"      <property name="{k}" value="{}"/>"#, xml(v));
             }
+            for (k, v) in &self.envelopes {
+                let _ = writeln!(
+                    x,
+                    r#"      <property name="envelope.{}" value="{v}"/>"#,
+                    xml(k)
+                );
+            }
+            let _ = writeln!(x, "    </properties>");
+            for c in self.cases.iter().filter(|c| level_key(c.level) == *level) {
+                self.junit_case(&mut x, c);
+            }
+            let _ = writeln!(x, "  </testsuite>");
         }
-        let _ = writeln!(x, "  </testsuite>");
         let _ = writeln!(x, "</testsuites>");
         x
+    }
+
+    fn junit_case(&self, x: &mut String, c: &CaseReport) {
+        let class = c.id.split('.').next().unwrap_or(&c.id);
+        let _ = write!(
+            x,
+            r#"    <testcase classname="{}.{}" name="{}" time="{:.3}""#,
+            xml(&self.target),
+            xml(class),
+            xml(&c.id),
+            c.duration_ms as f64 / 1000.0
+        );
+        let counted = self.level.counts(c.level);
+        let message = c.message.as_deref().unwrap_or("");
+        let body = match c.verdict {
+            Verdict::Pass => String::new(),
+            Verdict::Fail | Verdict::Stale if !counted => format!(
+                "      <system-out>outside --level {}: {}</system-out>\n",
+                self.level.as_str(),
+                xml(message)
+            ),
+            Verdict::Fail => format!(
+                "      <failure message=\"{}\" type=\"fail\">{}</failure>\n",
+                xml(&first_line(if message.is_empty() {
+                    "failed"
+                } else {
+                    message
+                })),
+                xml(message)
+            ),
+            Verdict::Stale => format!(
+                "      <failure message=\"{}\" type=\"stale-expectation\">{}</failure>\n",
+                xml(&first_line(if message.is_empty() {
+                    "stale"
+                } else {
+                    message
+                })),
+                xml(message)
+            ),
+            Verdict::Skip => format!(
+                "      <skipped message=\"{}\"/>\n",
+                xml(c.reason.as_deref().unwrap_or(""))
+            ),
+            Verdict::ExpectedFail => format!(
+                "      <system-out>expected failure ({}): {}</system-out>\n",
+                xml(c.reason.as_deref().unwrap_or("")),
+                xml(message)
+            ),
+        };
+        if body.is_empty() {
+            let _ = writeln!(x, "/>");
+        } else {
+            let _ = write!(x, ">\n{body}    </testcase>\n");
+        }
     }
 
     /// Writes `--junit`.
@@ -242,6 +380,11 @@ fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(path, text)
+}
+
+/// Continuation lines of a multi-line message, indented under its first.
+fn indent(s: &str, pad: &str) -> String {
+    s.lines().collect::<Vec<_>>().join(&format!("\n{pad}"))
 }
 
 fn first_line(s: &str) -> String {
@@ -293,16 +436,18 @@ impl Progress {
         }
         let width = self.total.to_string().len();
         let mut line = format!(
-            "[{n:>width$}/{}] {:<5} {} ({:.2}s)",
+            "[{n:>width$}/{}] {:<5} {} [{}] ({:.2}s)",
             self.total,
             c.verdict.label(),
             c.id,
+            level_key(c.level),
             c.duration_ms as f64 / 1000.0
         );
         match c.verdict {
             Verdict::Fail | Verdict::Stale => {
                 if let Some(m) = &c.message {
-                    let _ = write!(line, "\n      {}", m.chars().take(600).collect::<String>());
+                    let shown: String = m.chars().take(2000).collect();
+                    let _ = write!(line, "\n      {}", indent(&shown, "      "));
                 }
             }
             Verdict::Skip | Verdict::ExpectedFail => {

@@ -6,17 +6,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use code_runner_conformance::suite::case::{glob_match, load_cases};
+use code_runner_conformance::report::{CaseReport, LevelGate, Report};
+use code_runner_conformance::suite::case::{glob_match, load_cases, Case, Level};
 use code_runner_conformance::suite::errors::{
     classify, closed_world_observed, closed_world_static, Envelope, ErrorEntry, ErrorTable,
     Observed,
 };
 use code_runner_conformance::suite::expectations::{Expectations, Expected, Verdict};
 use code_runner_conformance::suite::matcher::Matcher;
+use code_runner_conformance::suite::published::Published;
+use code_runner_conformance::suite::runner::{got_error, got_response, truncate_middle};
 use code_runner_conformance::suite::schema::{differences, normalize};
 use code_runner_conformance::suite::target::Target;
 use code_runner_conformance::suite::vars::Vars;
 use code_runner_conformance::suite::{closed_world_static as target_closed_world, load, Golden};
+use code_runner_conformance::suite::{Mode, SuiteError, SuiteOptions};
 use rstest::rstest;
 use serde_json::{json, Value};
 
@@ -70,6 +74,15 @@ fn matcher(spec: Value) -> Matcher {
 // arrays
 #[case(json!([1, {"$type": "string"}]), Some(json!([1, "x"])), true)]
 #[case(json!([1]), Some(json!([1, 2])), false)]
+// lists are multisets unless a case says order matters
+#[case(json!(["b", "a"]), Some(json!(["a", "b"])), true)]
+#[case(json!(["a", "a", "b"]), Some(json!(["a", "b", "b"])), false)]
+#[case(json!([{"$type": "string"}, "x"]), Some(json!(["x", "y"])), true)]
+#[case(json!([{"$regex": "^a"}, "ab"]), Some(json!(["ab", "ac"])), true)]
+#[case(json!({"$exact": ["a", "b"]}), Some(json!(["b", "a"])), true)]
+#[case(json!({"$exact": [1, 1, 2]}), Some(json!([1, 2, 2])), false)]
+#[case(json!({"$ordered": ["b", "a"], "why": "the seed shows this order"}), Some(json!(["a", "b"])), false)]
+#[case(json!({"$ordered": ["a", "b"], "why": "the seed shows this order"}), Some(json!(["a", "b"])), true)]
 #[case(json!({"$items": {"$type": "integer"}}), Some(json!([1, 2])), true)]
 #[case(json!({"$items": {"$type": "integer"}}), Some(json!([1, "2"])), false)]
 #[case(json!({"$some": {"id": 2}}), Some(json!([{"id": 1}, {"id": 2}])), true)]
@@ -120,6 +133,9 @@ fn object_matchers(#[case] spec: Value, #[case] actual: Value, #[case] holds: bo
 #[case(json!({"$unknown": 1, "a": 2}))]
 #[case(json!({"$len": 3}))]
 #[case(json!("${nope}"))]
+#[case(json!({"$ordered": ["a"]}))]
+#[case(json!({"$ordered": ["a"], "why": " "}))]
+#[case(json!({"$ordered": "a", "why": "x"}))]
 fn malformed_matchers_are_refused(#[case] spec: Value) {
     assert!(Matcher::parse(&spec, &Vars::new()).is_err(), "{spec}");
 }
@@ -330,7 +346,7 @@ fn every_case_is_traced_to_a_contract_line_and_every_line_has_a_case_or_a_reason
         "cases no contract line names: {untraced:?}"
     );
     assert!(
-        per_source["seed-000"] >= 40 && per_source["worker-contract"] >= 60,
+        per_source["seed-000"] >= 40 && per_source["docs/contract.md"] >= 60,
         "{per_source:?}"
     );
 }
@@ -362,4 +378,275 @@ fn the_workspace_golden_directory_is_the_one_found() {
     let g = golden();
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../golden");
     assert_eq!(g.root, here.canonicalize().unwrap());
+}
+
+// ---------------- levels ----------------
+
+fn case_from(yaml: &str) -> Result<(), String> {
+    let v: Value = serde_yaml::from_str(yaml).unwrap();
+    let c: Case = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    c.validate(code_runner_conformance::suite::SUITE_VERSION)
+}
+
+const STEPS: &str = "steps:\n  - trigger: run\n    payload: {lang: python, code: x}\n";
+
+#[rstest]
+#[case::contract_quoting_seed_000(
+    "level: contract\nsources: ['seed-000 Running code: \"Every VM has outbound network.\"']\n",
+    true
+)]
+#[case::contract_quoting_seed_001(
+    "level: contract\nsources: ['seed-001 register_function: \"Re-registering an id replaces it.\"']\n",
+    true
+)]
+#[case::contract_paraphrasing(
+    "level: contract\nsources: ['seed-000: Running code — outbound network']\n",
+    false
+)]
+#[case::contract_citing_only_our_doc(
+    "level: contract\nsources: ['docs/contract.md: run — x']\n",
+    false
+)]
+#[case::contract_quoting_a_fragment(
+    "level: contract\nsources: ['seed-000 Errors: \"capacity\"']\n",
+    false
+)]
+#[case::recommended_without_seed(
+    "level: recommended\nsources: ['docs/contract.md: Output caps — x']\n",
+    true
+)]
+#[case::profile_without_requirement("level: profile\nsources: []\n", false)]
+#[case::profile_with_requirement("level: profile\nrequires: [\"code_max_bytes=1048576\"]\n", true)]
+#[case::no_level("sources: []\n", false)]
+#[case::unknown_level("level: mandatory\n", false)]
+#[case::citing_the_shared_spec(
+    "level: recommended\nsources: ['worker-contract: run — x']\n",
+    false
+)]
+fn levels_are_required_and_contract_cases_quote_a_seed(#[case] head: &str, #[case] valid: bool) {
+    let yaml = format!("id: t.case\nsince: 0.1.0\n{head}{STEPS}");
+    let r = case_from(&yaml);
+    assert_eq!(r.is_ok(), valid, "{yaml}: {r:?}");
+}
+
+#[rstest]
+#[case(LevelGate::All, Some(Level::Profile), true)]
+#[case(LevelGate::All, Some(Level::Contract), true)]
+#[case(LevelGate::Recommended, Some(Level::Recommended), true)]
+#[case(LevelGate::Recommended, Some(Level::Profile), false)]
+#[case(LevelGate::Contract, Some(Level::Recommended), false)]
+#[case(LevelGate::Contract, Some(Level::Contract), true)]
+#[case(LevelGate::Contract, None, true)]
+fn the_level_gate_decides_which_failures_count(
+    #[case] gate: LevelGate,
+    #[case] level: Option<Level>,
+    #[case] counts: bool,
+) {
+    assert_eq!(gate.counts(level), counts);
+}
+
+fn case_report(id: &str, level: Option<Level>, verdict: Verdict, message: &str) -> CaseReport {
+    CaseReport {
+        id: id.into(),
+        level,
+        verdict,
+        duration_ms: 10,
+        message: (!message.is_empty()).then(|| message.to_string()),
+        reason: None,
+        envelopes: BTreeMap::new(),
+        notes: Vec::new(),
+        file: None,
+    }
+}
+
+fn report(gate: LevelGate) -> Report {
+    let cases = vec![
+        case_report("run.a", Some(Level::Contract), Verdict::Pass, ""),
+        case_report("run.b", Some(Level::Contract), Verdict::Skip, ""),
+        case_report(
+            "run.output-cap.c",
+            Some(Level::Recommended),
+            Verdict::Fail,
+            "step 1 (trigger run): response does not match\ngot: exit_code=0\nstdout: \"x\"",
+        ),
+        case_report(
+            "register.d",
+            Some(Level::Profile),
+            Verdict::Fail,
+            "limits differ",
+        ),
+    ];
+    Report {
+        suite_version: "0.1.0".into(),
+        target: "t".into(),
+        prefix: "p".into(),
+        mode: "hermetic".into(),
+        level: gate,
+        wall_ms: 1000,
+        summary: Report::summarize(&cases, gate),
+        by_level: Report::summarize_by_level(&cases, gate),
+        envelopes: BTreeMap::new(),
+        closed_world: Vec::new(),
+        cases,
+        schemas: BTreeMap::new(),
+    }
+}
+
+#[rstest]
+#[case(LevelGate::All, 2, 0, false)]
+#[case(LevelGate::Recommended, 1, 1, false)]
+#[case(LevelGate::Contract, 0, 2, true)]
+fn the_level_decides_the_exit_status(
+    #[case] gate: LevelGate,
+    #[case] unexpected: usize,
+    #[case] outside: usize,
+    #[case] ok: bool,
+) {
+    let r = report(gate);
+    assert_eq!(r.summary.unexpected, unexpected);
+    assert_eq!(r.summary.outside_level, outside);
+    assert_eq!(r.ok(), ok);
+    assert_eq!(r.unexpected().len(), unexpected);
+}
+
+#[test]
+fn results_are_grouped_by_level_in_summary_json_and_junit() {
+    let r = report(LevelGate::Recommended);
+    assert_eq!(
+        r.by_level.keys().cloned().collect::<Vec<_>>(),
+        ["contract", "profile", "recommended"]
+    );
+    assert_eq!(r.by_level["contract"].passed, 1);
+    assert_eq!(r.by_level["contract"].skipped, 1);
+    assert_eq!(r.by_level["recommended"].unexpected, 1);
+    assert_eq!(r.by_level["profile"].outside_level, 1);
+    let text = r.summary_text();
+    assert!(text.contains("contract") && text.contains("recommended") && text.contains("profile"));
+    assert!(text.contains("outside --level recommended"), "{text}");
+    let json: Value = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["by_level"]["recommended"]["failed"], 1);
+    assert_eq!(json["cases"][2]["level"], "recommended");
+    assert_eq!(json["level"], "recommended");
+    let junit = r.junit();
+    assert_eq!(junit.matches("<testsuite ").count(), 3, "{junit}");
+    // The profile failure lies outside --level recommended: reported, not a failure.
+    assert_eq!(junit.matches("<failure ").count(), 1, "{junit}");
+    assert!(junit.contains("outside --level recommended: limits differ"));
+}
+
+#[test]
+fn a_failure_shows_what_came_back_in_every_report() {
+    let r = report(LevelGate::All);
+    let text = r.summary_text();
+    assert!(
+        text.contains("got: exit_code=0") && text.contains("stdout: \"x\""),
+        "{text}"
+    );
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("got: exit_code=0"));
+    assert!(r.junit().contains("got: exit_code=0"));
+}
+
+#[test]
+fn a_run_response_is_shown_field_by_field_and_long_streams_are_cut_in_the_middle() {
+    let stderr = format!(
+        "Traceback (most recent call last):\n{}\nNameError: name 'x' is not defined",
+        "  frame\n".repeat(400)
+    );
+    let got =
+        got_response(&json!({"stdout": "", "stderr": stderr, "exit_code": 1, "success": false}));
+    assert!(got.starts_with("got: exit_code=1 success=false"), "{got}");
+    assert!(
+        got.contains("stderr: \"Traceback (most recent call last)"),
+        "{got}"
+    );
+    assert!(
+        got.contains("NameError: name 'x' is not defined"),
+        "the tail stays: {got}"
+    );
+    assert!(got.contains("chars omitted"), "{got}");
+    assert!(got.len() < 1200, "{}", got.len());
+    let err = got_error("p", "p::timeout", "p::timeout: the run took too long");
+    assert_eq!(
+        err,
+        "p::timeout (code_field envelope): p::timeout: the run took too long"
+    );
+    assert_eq!(truncate_middle("short", 10), "short");
+}
+
+#[rstest]
+#[case("idle_ttl_floor_secs<=1", json!(0), true)]
+#[case("idle_ttl_floor_secs<=1", json!(30), false)]
+#[case("idle_ttl_floor_secs>=30", json!(30), true)]
+#[case("idle_ttl_floor_secs<=1", json!("none"), false)]
+#[case("!idle_ttl_floor_secs<=1", json!(30), true)]
+#[case("code_max_bytes=1048576", json!(1048576), true)]
+fn bounds_are_profile_values_compared_by_requirements(
+    #[case] req: &str,
+    #[case] value: Value,
+    #[case] holds: bool,
+) {
+    let feature = code_runner_conformance::suite::target::requirement_feature(req).to_string();
+    let mut t = Target::load(&golden().targets(), "sandbox-code-runner").unwrap();
+    t.profile.insert(
+        feature.clone(),
+        code_runner_conformance::suite::target::Feature {
+            value,
+            source: String::new(),
+        },
+    );
+    assert_eq!(t.check(req).is_ok(), holds, "{req}: {:?}", t.check(req));
+    assert!(t.undeclared(&[req.to_string()]).is_none());
+    t.profile.remove(&feature);
+    assert!(t.undeclared(&[req.to_string()]).unwrap().contains(&feature));
+}
+
+#[test]
+fn published_functions_are_told_apart_from_the_profile() {
+    let listed: Vec<String> = ["run", "teardown", "on-config-change"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let published: BTreeSet<String> = ["w::run", "w::teardown", "w::extra", "other::run"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let p = Published::compare("w", &listed, &published);
+    assert_eq!(p.present, ["run", "teardown"]);
+    assert_eq!(p.missing, ["on-config-change"]);
+    assert_eq!(p.extra, ["extra"]);
+    assert!(p.has("run") && !p.has("on-config-change"));
+}
+
+#[tokio::test]
+async fn a_filter_matching_no_case_is_an_error_naming_it() {
+    // A live URL nobody listens on: the filter is refused before any connection.
+    let mut o = SuiteOptions::new(
+        "sandbox-code-runner",
+        Mode::Live {
+            url: "ws://127.0.0.1:9".into(),
+        },
+    );
+    o.filters = vec!["run.one-shot.print".into(), "no.such.case*".into()];
+    let e = code_runner_conformance::suite::run(o).await.unwrap_err();
+    assert!(matches!(e, SuiteError::NoMatch(_)), "{e}");
+    assert!(e.to_string().contains("no.such.case*"), "{e}");
+}
+
+#[test]
+fn every_golden_case_has_a_level_and_the_contract_ones_are_most() {
+    let g = golden();
+    let cases = load_cases(&g.cases(), code_runner_conformance::suite::SUITE_VERSION).unwrap();
+    let mut per: BTreeMap<Level, usize> = BTreeMap::new();
+    for c in &cases {
+        *per.entry(c.level).or_default() += 1;
+        assert!(
+            !c.sources.iter().any(|s| s.contains("worker-contract")),
+            "{}: cite docs/contract.md",
+            c.id
+        );
+    }
+    assert!(per[&Level::Contract] >= 50, "{per:?}");
+    assert!(per[&Level::Recommended] >= 20, "{per:?}");
+    assert!(per[&Level::Profile] >= 10, "{per:?}");
 }

@@ -3,8 +3,9 @@
 //! ```yaml
 //! id: run.one-shot.print
 //! since: 0.1.0
+//! level: contract
 //! summary: A one-shot python run prints 2+2; nothing is left to address.
-//! sources: ["seed-000: Running code"]
+//! sources: ['seed-000 Running code: "iii trigger sandbox-code-runner::run lang=python code=''print(2+2)''"']
 //! requires: [python]
 //! steps:
 //!   - trigger: run                   # the target's `<prefix>::run`
@@ -13,6 +14,9 @@
 //!       response: {stdout: "4\n", exit_code: 0, runtime_id: {$absent: true}}
 //! cleanup: []
 //! ```
+//!
+//! `level` says how binding the behaviour is (see [`Level`]); a `contract`
+//! case quotes the seed sentence behind it, verbatim, in its `sources`.
 //!
 //! A step is exactly one of `trigger` (a function of the target, by suffix),
 //! `call` (any function id), `action` (environment control or a probe) or
@@ -27,6 +31,58 @@ use serde_json::Value;
 use super::matcher::Matcher;
 use super::vars::Vars;
 
+/// How binding a case's behaviour is. The run's `--level` decides which
+/// levels' failures fail it; reports group results by level.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// A sentence of seed 000 (or seed 001, code-runner) requires it; the
+    /// case quotes that sentence.
+    Contract,
+    /// Not in the contract text, but a review finding, security property or
+    /// robustness behaviour a good worker should have.
+    Recommended,
+    /// This project's choice where the seeds are silent, or an
+    /// implementation-defined value: runs only where the target's profile
+    /// declares the value.
+    Profile,
+}
+
+impl Level {
+    pub const ALL: [Level; 3] = [Level::Contract, Level::Recommended, Level::Profile];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Contract => "contract",
+            Level::Recommended => "recommended",
+            Level::Profile => "profile",
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether `source` quotes a seed sentence: `seed-000 <where>: "<verbatim>"`
+/// (or `seed-001`), the quote at least a few words long.
+pub fn quotes_seed(source: &str) -> bool {
+    let Some(rest) = source
+        .strip_prefix("seed-000")
+        .or_else(|| source.strip_prefix("seed-001"))
+    else {
+        return false;
+    };
+    let Some((_, quote)) = rest.split_once(": \"") else {
+        return false;
+    };
+    quote.ends_with('"') && quote.trim_end_matches('"').split_whitespace().count() >= 3
+}
+
 /// One case.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +90,8 @@ pub struct Case {
     pub id: String,
     /// Suite version that introduced the case (`x.y.z`).
     pub since: String,
+    /// How binding the behaviour is; required.
+    pub level: Level,
     #[serde(default)]
     pub summary: String,
     /// Where the behaviour is promised (seed section, contract heading).
@@ -181,7 +239,7 @@ pub enum Action {
     StopWorker {},
     /// Connect iii-sandbox (an environment booted with `sandbox: false`).
     StartSandbox {},
-    /// The worker's stderr so far: `{log}`.
+    /// The worker's log so far (its stdout and stderr both): `{log}`.
     WorkerLog {},
     /// Wait for the worker process to exit by itself: `{exited, success, exit_code}`.
     WorkerExit { within_ms: u64 },
@@ -399,6 +457,29 @@ impl Case {
         }
         if self.steps.is_empty() {
             return Err("a case needs at least one step".into());
+        }
+        if let Some(s) = self
+            .sources
+            .iter()
+            .find(|s| s.starts_with("worker-contract") || s.contains("shared/spec"))
+        {
+            return Err(format!(
+                "source `{s}` cites a document outside the repository; cite `docs/contract.md: <heading>`"
+            ));
+        }
+        match self.level {
+            Level::Contract if !self.sources.iter().any(|s| quotes_seed(s)) => {
+                return Err(
+                    "a `contract` case quotes the seed sentence behind it: a source `seed-000 <section>: \"<verbatim sentence>\"` (or seed-001)"
+                        .into(),
+                )
+            }
+            Level::Profile if self.requires.is_empty() => {
+                return Err(
+                    "a `profile` case names the profile value it depends on in `requires`".into(),
+                )
+            }
+            _ => {}
         }
         for r in &self.requires {
             if r.trim().is_empty() || r.starts_with("!=") {

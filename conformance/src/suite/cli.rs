@@ -5,13 +5,14 @@ use std::process::ExitCode;
 
 use super::env::{WorkerCommand, DEFAULT_ENGINE_PORT};
 use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
+use crate::report::LevelGate;
 
 /// `code-runner-conformance run`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(group(
     clap::ArgGroup::new("mode")
         .required(true)
-        .args(["hermetic", "engine", "engine_image"])
+        .args(["hermetic", "engine", "engine_image", "engine_bin"])
 ))]
 pub struct RunArgs {
     /// Start the bench in-process and spawn the worker (`--worker-cmd`).
@@ -24,10 +25,15 @@ pub struct RunArgs {
     /// skipped, with the reason printed, when no Docker daemon answers).
     #[arg(long, value_name = "IMAGE")]
     pub engine_image: Option<String>,
+    /// Like --hermetic, but the engine of every environment (private ones
+    /// included) is this real iii binary, started with a minimal config on a
+    /// free loopback port, the sandbox double attached.
+    #[arg(long, value_name = "PATH")]
+    pub engine_bin: Option<PathBuf>,
     /// The engine's port inside the container.
     #[arg(long, default_value_t = DEFAULT_ENGINE_PORT)]
     pub engine_image_port: u16,
-    /// The worker to spawn (hermetic and engine-image modes); `--url` (and
+    /// The worker to spawn (hermetic, engine-bin and engine-image modes); `--url` (and
     /// `--config` for cases that configure it) are appended. Default: this
     /// workspace's `target/<profile>/sandbox-code-runner`, next to this binary.
     #[arg(long, value_name = "COMMAND")]
@@ -63,6 +69,10 @@ pub struct RunArgs {
     /// No per-case progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Which levels' failures fail the run: `contract`, `recommended`
+    /// (contract and recommended), or `all`. Every result is reported.
+    #[arg(long, value_enum, default_value_t = LevelGate::All)]
+    pub level: LevelGate,
 }
 
 impl RunArgs {
@@ -75,6 +85,11 @@ impl RunArgs {
             .transpose()?;
         let mode = if let Some(url) = &self.engine {
             Mode::Live { url: url.clone() }
+        } else if let Some(bin) = &self.engine_bin {
+            Mode::EngineBin {
+                bin: bin.clone(),
+                worker_cmd,
+            }
         } else if let Some(image) = &self.engine_image {
             Mode::EngineImage {
                 image: image.clone(),
@@ -94,6 +109,7 @@ impl RunArgs {
             expectations: self.expectations.clone(),
             bless_schemas: self.bless_schemas,
             progress: !self.quiet,
+            level: self.level,
         })
     }
 }
@@ -108,11 +124,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     eprintln!(
-        "code-runner-conformance {}: target {} ({} mode, {} jobs)",
+        "code-runner-conformance {}: target {} ({} mode, {} jobs, --level {})",
         super::SUITE_VERSION,
         options.target,
         options.mode.label(),
-        options.jobs.max(1)
+        options.jobs.max(1),
+        options.level.as_str()
     );
     let report = match super::run(options).await {
         Ok(r) => r,

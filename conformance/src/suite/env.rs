@@ -6,11 +6,14 @@
 //! - **live** (`--engine ws://…`): a running engine where the target is
 //!   already connected; only the client is ours;
 //! - **engine image** (`--engine-image`): a real engine in a container
-//!   (testcontainers), the double attached to it, the worker spawned.
+//!   (testcontainers), the double attached to it, the worker spawned;
+//! - **engine binary** (`--engine-bin`): like hermetic, but every engine —
+//!   private ones included — is that real binary on a loopback port.
 //!
-//! Cases with an `environment` get a private one (hermetic modes only): their
-//! own stand-in engine, daemon double and worker, configured as they state,
-//! so restarting a worker or starving the daemon never touches another case.
+//! Cases with an `environment` get a private one (hermetic and engine-binary
+//! modes): their own engine, daemon double and worker, configured as they
+//! state, so restarting a worker or starving the daemon never touches
+//! another case.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -27,9 +30,13 @@ use crate::engine::StandInEngine;
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
 
 use super::case::{Boot, EnvSpec, UrlVia};
+use super::engine_bin::EngineProcess;
 
 /// How long a worker may take to publish its functions.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// A worker publishing only part of its profile's functions is ready once
+/// its published set has not changed for this long.
+const SETTLE: Duration = Duration::from_secs(2);
 /// How long a SIGTERMed worker may take to exit before it is killed.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// The default engine port every SDK falls back to.
@@ -250,8 +257,13 @@ impl WorkerProcess {
                 "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info,opentelemetry=warn",
             );
         }
+        // stdout and stderr both count as the worker's log: workers differ in
+        // which stream their logger writes to.
+        let log_out = log
+            .try_clone()
+            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
         c.stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(log_out))
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
         let child = c.spawn().map_err(|e| {
@@ -264,7 +276,7 @@ impl WorkerProcess {
         Ok(())
     }
 
-    /// The worker's stderr so far.
+    /// The worker's stdout and stderr so far, interleaved as written.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
@@ -282,13 +294,17 @@ impl WorkerProcess {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// Waits until every id in `functions` is listed by the engine.
+    /// Waits until every id in `functions` is listed by the engine — or,
+    /// for a worker that publishes only some of them, until that part has
+    /// stayed the same for a moment (the cases needing the rest then fail
+    /// on their own, with the reason).
     pub async fn wait_ready(
         &mut self,
         client: &IIIClient,
         functions: &[String],
     ) -> Result<(), EnvError> {
         let until = Instant::now() + READY_DEADLINE;
+        let mut last: Option<(Vec<String>, Instant)> = None;
         loop {
             if let Some(status) = self.try_exit() {
                 return Err(EnvError::Failed(format!(
@@ -296,8 +312,18 @@ impl WorkerProcess {
                     self.log_tail()
                 )));
             }
-            if functions_listed(client, functions).await == Some(true) {
-                return Ok(());
+            if let Some(present) = functions_present(client, functions).await {
+                if present.len() == functions.len() {
+                    return Ok(());
+                }
+                match &last {
+                    Some((seen, since)) if *seen == present => {
+                        if !present.is_empty() && since.elapsed() >= SETTLE {
+                            return Ok(());
+                        }
+                    }
+                    _ => last = Some((present, Instant::now())),
+                }
             }
             if Instant::now() >= until {
                 return Err(EnvError::Failed(format!(
@@ -353,6 +379,34 @@ impl Drop for WorkerProcess {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The ids of `functions` the engine lists (in their order); `None` when
+/// the engine could not be asked.
+pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Option<Vec<String>> {
+    let mut present = Vec::new();
+    // The engine answers at most 32 ids per batch.
+    for chunk in functions.chunks(32) {
+        let answer = client
+            .trigger(TriggerRequest {
+                function_id: "engine::functions::info".into(),
+                payload: json!({ "function_ids": chunk }),
+                action: None,
+                timeout_ms: Some(5_000),
+            })
+            .await
+            .ok()?;
+        let entries = answer.get("functions")?.as_array()?;
+        present.extend(
+            entries
+                .iter()
+                .filter(|e| e.get("error").is_none())
+                .filter_map(|e| e.get("function_id")?.as_str())
+                .filter(|id| chunk.iter().any(|c| c == id))
+                .map(str::to_string),
+        );
+    }
+    Some(present)
 }
 
 /// `Some(true)` when every function is listed, `Some(false)` when one is
@@ -411,6 +465,8 @@ pub struct Env {
     functions: Vec<String>,
     bench: Option<Bench>,
     engine: Option<StandInEngine>,
+    /// A real engine binary this environment started.
+    engine_process: Option<EngineProcess>,
     double: Mutex<Option<SandboxDouble>>,
     limits: SandboxLimits,
     worker: Mutex<Option<WorkerProcess>>,
@@ -431,10 +487,13 @@ impl Env {
     /// A live engine where the target is already connected.
     pub async fn live(url: &str, functions: Vec<String>) -> Result<Env, EnvError> {
         let client = connect(url).await?;
-        if functions_listed(&client, &functions).await != Some(true) {
+        if functions_present(&client, &functions)
+            .await
+            .is_none_or(|p| p.is_empty())
+        {
             client.shutdown_async().await;
             return Err(EnvError::Failed(format!(
-                "the engine at {url} does not list {}: is the target connected?",
+                "the engine at {url} lists none of {}: is the target connected?",
                 functions.join(", ")
             )));
         }
@@ -448,6 +507,7 @@ impl Env {
             functions,
             bench: None,
             engine: None,
+            engine_process: None,
             double: Mutex::new(None),
             limits: suite_limits(),
             worker: Mutex::new(None),
@@ -532,26 +592,79 @@ impl Env {
         Ok(env)
     }
 
-    /// A case's private environment.
+    /// The real engine binary `bin` on a free loopback port, the daemon
+    /// double attached, the worker spawned.
+    pub async fn engine_bin(
+        bin: &Path,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+    ) -> Result<Env, EnvError> {
+        let engine = EngineProcess::start(bin, 0).await?;
+        let url = engine.url();
+        let client = connect(&url).await?;
+        let limits = suite_limits();
+        let bench = Bench::start(BenchOptions {
+            port: 0,
+            engine: Some(url.clone()),
+            limits: limits.clone(),
+            configuration_dir: None,
+        })
+        .await
+        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        worker.wait_ready(&client, &functions).await?;
+        let mut env = Env::bare(&url, client, functions, "engine-bin");
+        env.bench = Some(bench);
+        env.limits = limits;
+        env.worker = Mutex::new(Some(worker));
+        env.engine_process = Some(engine);
+        Ok(env)
+    }
+
+    /// A case's private environment: on the stand-in engine, or on a real
+    /// engine binary when `engine_bin` names one.
     pub async fn private(
         spec: &EnvSpec,
         cmd: &WorkerCommand,
         functions: Vec<String>,
+        engine_bin: Option<&Path>,
     ) -> Result<Env, EnvError> {
         let port = match spec.url_via {
             UrlVia::Default => DEFAULT_ENGINE_PORT,
             _ => 0,
         };
-        let engine = StandInEngine::start(port).await.map_err(|e| {
+        let taken = |e: String| {
             if port == DEFAULT_ENGINE_PORT {
                 EnvError::Unavailable(format!(
                     "the default engine port {port} is taken on this host ({e})"
                 ))
             } else {
-                EnvError::Failed(format!("the stand-in engine cannot start: {e}"))
+                EnvError::Failed(format!("the engine cannot start: {e}"))
             }
-        })?;
-        let url = engine.url();
+        };
+        let (engine, engine_process) = match engine_bin {
+            None => (
+                Some(
+                    StandInEngine::start(port)
+                        .await
+                        .map_err(|e| taken(e.to_string()))?,
+                ),
+                None,
+            ),
+            Some(bin) => {
+                if port == DEFAULT_ENGINE_PORT
+                    && std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
+                {
+                    return Err(taken("in use".into()));
+                }
+                (None, Some(EngineProcess::start(bin, port).await?))
+            }
+        };
+        let url = match (&engine, &engine_process) {
+            (Some(e), _) => e.url(),
+            (None, Some(p)) => p.url(),
+            (None, None) => unreachable!("one engine was started above"),
+        };
         let mut limits = suite_limits();
         if let Some(l) = &spec.sandbox_limits {
             if let Some(v) = l.max_concurrent_sandboxes {
@@ -576,7 +689,8 @@ impl Env {
             None
         };
         let client = connect(&url).await?;
-        let configuration = if spec.configuration_worker {
+        // A real engine brings its own configuration worker.
+        let configuration = if spec.configuration_worker && engine_process.is_none() {
             let dir = std::env::temp_dir().join(format!(
                 "code-runner-conformance-config-{}-{:08x}",
                 std::process::id(),
@@ -589,7 +703,9 @@ impl Env {
                     if let Some(d) = double {
                         d.shutdown().await;
                     }
-                    engine.shutdown().await;
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
                     return Err(EnvError::Failed(format!(
                         "the configuration-worker double cannot start: {e}"
                     )));
@@ -618,13 +734,19 @@ impl Env {
                 if let Some(d) = double {
                     d.shutdown().await;
                 }
-                engine.shutdown().await;
+                if let Some(engine) = engine {
+                    engine.shutdown().await;
+                }
+                if let Some(p) = engine_process {
+                    p.shutdown().await;
+                }
                 return Err(e);
             }
         }
         let mut env = Env::bare(&url, client, functions, "private");
         env.configuration = configuration;
-        env.engine = Some(engine);
+        env.engine = engine;
+        env.engine_process = engine_process;
         env.double = Mutex::new(double);
         env.limits = limits;
         env.worker = Mutex::new(Some(worker));
@@ -636,7 +758,7 @@ impl Env {
         self.worker.lock().await.is_some()
     }
 
-    /// The worker's stderr so far.
+    /// The worker's stdout and stderr so far.
     pub async fn worker_log(&self) -> Result<String, EnvError> {
         let w = self.worker.lock().await;
         let w = w
@@ -715,6 +837,7 @@ impl Env {
             client,
             bench,
             engine,
+            engine_process,
             double,
             worker,
             container,
@@ -737,6 +860,9 @@ impl Env {
         }
         if let Some(e) = engine {
             e.shutdown().await;
+        }
+        if let Some(p) = engine_process {
+            p.shutdown().await;
         }
         if let Some(c) = container {
             let _ = c.rm().await;

@@ -1,7 +1,7 @@
 //! Error-code tables (`golden/errors/<target>.json`), the two wire
 //! envelopes, and the closed-world check.
 //!
-//! Envelopes (shared/spec/worker-contract.md, "Errors on the wire"):
+//! Envelopes (docs/contract.md, "Errors on the wire"):
 //! - **code field**: `{"code":"<prefix>::<code>","message":"<prefix>::<code>: …"}`;
 //! - **upstream**: `{"code":"invocation_failed","message":"handler error: <prefix>::<code>: …"}`.
 //!

@@ -7,7 +7,8 @@
 //! | --- | --- |
 //! | `4`, `"4\n"`, `true` | exact value (numbers compare numerically) |
 //! | `null` | present and null (see `$absent` for absent) |
-//! | `[m, …]` | array of exactly these elements, each a matcher |
+//! | `[m, …]` | array of exactly these elements, each a matcher, in any order (a multiset) |
+//! | `{$ordered: [m, …], why: "…"}` | the same, in this order; `why` cites what fixes the order |
 //! | `{k: m, …}` | object subset: each listed key matches, others allowed |
 //! | `{k: m, $extra: forbid}` | strict object: no keys beyond the listed ones |
 //! | `{k: m, $null_as_absent: true}` | absent and null count as the same here |
@@ -25,6 +26,9 @@
 //! | `{$all: [m, …]}` | every matcher holds |
 //! | `{$not: m}` | `m` does not hold |
 //! | `{$nowhere: "s"}` / `{$nowhere_regex: "re"}` | no string anywhere inside (keys too) contains `s` / matches |
+//!
+//! Arrays compare as multisets everywhere (`$exact` included): no seed fixes
+//! the order of a list, so a case that needs one says so with `$ordered`.
 //!
 //! Placeholders (`${rt}`) are filled before parsing; inside regex forms
 //! they are regex-escaped.
@@ -100,7 +104,10 @@ pub enum Matcher {
         extra: Extra,
         null_as_absent: bool,
     },
+    /// Same elements, any order.
     Array(Vec<Matcher>),
+    /// Same elements, this order.
+    Ordered(Vec<Matcher>),
     Items(Box<Matcher>),
     Some(Box<Matcher>),
     None(Box<Matcher>),
@@ -174,7 +181,16 @@ pub fn json_eq(a: &Value, b: &Value) -> bool {
             }
         }
         (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
+            // A multiset: equality is an equivalence, so greedy pairing is exact.
+            let mut used = vec![false; y.len()];
+            x.len() == y.len()
+                && x.iter().all(|a| {
+                    let hit = y
+                        .iter()
+                        .enumerate()
+                        .find(|(j, b)| !used[*j] && json_eq(a, b));
+                    hit.map(|(j, _)| used[j] = true).is_some()
+                })
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
@@ -183,6 +199,34 @@ pub fn json_eq(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// Whether every matcher can be paired with a distinct element (a perfect
+/// bipartite matching, by augmenting paths: lists in cases are short).
+fn multiset_match(items: &[Matcher], arr: &[Value]) -> bool {
+    let fits: Vec<Vec<bool>> = items
+        .iter()
+        .map(|m| arr.iter().map(|x| m.matches(Some(x))).collect())
+        .collect();
+    let mut owner: Vec<Option<usize>> = vec![None; arr.len()];
+    fn augment(
+        i: usize,
+        fits: &[Vec<bool>],
+        owner: &mut [Option<usize>],
+        seen: &mut [bool],
+    ) -> bool {
+        for j in 0..owner.len() {
+            if fits[i][j] && !seen[j] {
+                seen[j] = true;
+                if owner[j].is_none_or(|k| augment(k, fits, owner, seen)) {
+                    owner[j] = Some(i);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    (0..items.len()).all(|i| augment(i, &fits, &mut owner, &mut vec![false; arr.len()]))
 }
 
 /// A short rendering of a value for messages.
@@ -305,6 +349,25 @@ impl Matcher {
         }
         if let Some(v) = one_key(m, "$optional") {
             return Ok(Matcher::Optional(Box::new(sub(v, "$optional")?)));
+        }
+        if let (Some(items), 2) = (m.get("$ordered"), m.len()) {
+            let why = m.get("why").and_then(Value::as_str).unwrap_or("").trim();
+            if why.is_empty() {
+                return Err(spec_err(
+                    path,
+                    "$ordered needs a `why` citing what fixes the order",
+                ));
+            }
+            let Value::Array(items) = items else {
+                return Err(spec_err(path, "$ordered takes an array"));
+            };
+            return Ok(Matcher::Ordered(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| sub(x, &format!("$ordered/{i}")))
+                    .collect::<Result<_, _>>()?,
+            ));
         }
         if let Some(v) = one_key(m, "$items") {
             return Ok(Matcher::Items(Box::new(sub(v, "$items")?)));
@@ -439,7 +502,12 @@ impl Matcher {
                 Extra::Allow => "an object".into(),
                 Extra::Forbid => "an object with only the listed keys".into(),
             },
-            Matcher::Array(items) => format!("an array of {} elements", items.len()),
+            Matcher::Array(items) => {
+                format!("an array of {} elements (any order)", items.len())
+            }
+            Matcher::Ordered(items) => {
+                format!("an array of {} elements in this order", items.len())
+            }
             Matcher::Items(m) => format!("an array whose every element is {}", m.describe()),
             Matcher::Some(m) => format!("an array with an element that is {}", m.describe()),
             Matcher::None(m) => format!("an array with no element that is {}", m.describe()),
@@ -555,6 +623,29 @@ impl Matcher {
                 return;
             }
             Matcher::Array(items) => {
+                let Some(arr) = v.as_array() else {
+                    self.fail(Some(v), path, out);
+                    return;
+                };
+                if arr.len() != items.len() {
+                    self.fail(Some(v), path, out);
+                    return;
+                }
+                if multiset_match(items, arr) {
+                    return;
+                }
+                // No arrangement fits: name the element-wise differences in
+                // the order given, which is what a reader compares by eye.
+                let before = out.len();
+                for (i, (m, x)) in items.iter().zip(arr).enumerate() {
+                    m.check_at(Some(x), &format!("{path}/{i}"), out);
+                }
+                if out.len() == before {
+                    self.fail(Some(v), path, out);
+                }
+                return;
+            }
+            Matcher::Ordered(items) => {
                 let Some(arr) = v.as_array() else {
                     self.fail(Some(v), path, out);
                     return;

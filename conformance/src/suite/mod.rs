@@ -7,16 +7,21 @@
 //! - `expectations`: known failures and stale entries;
 //! - `schema`: schema snapshots, normalization, the `compat` diff;
 //! - `env`: hermetic, live and engine-image environments;
-//! - `runner`: one case's steps, captures and cleanup.
+//! - `runner`: one case's steps, captures and cleanup;
+//! - `published`: what the target publishes against its profile, and its
+//!   error envelope.
 //!
 //! [`run`] ties them together and returns a [`Report`].
 
 pub mod case;
 pub mod cli;
+pub mod draft;
+pub mod engine_bin;
 pub mod env;
 pub mod errors;
 pub mod expectations;
 pub mod matcher;
+pub mod published;
 pub mod runner;
 pub mod schema;
 pub mod target;
@@ -31,8 +36,8 @@ use futures_util::StreamExt;
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::{json, Value};
 
-use crate::report::{CaseReport, Progress, Report};
-use case::Case;
+use crate::report::{CaseReport, LevelGate, Progress, Report};
+use case::{Case, Level};
 use env::{Env, EnvError, WorkerCommand};
 use errors::{ErrorTable, Observed, Violation};
 use expectations::{Expectations, Verdict};
@@ -57,6 +62,9 @@ pub enum SuiteError {
     Unavailable(String),
     #[error("environment: {0}")]
     Environment(String),
+    /// A `--filter` selected nothing.
+    #[error("--filter {0} matches no case (case ids look like `run.one-shot.print`; globs take * and ?)")]
+    NoMatch(String),
 }
 
 impl From<EnvError> for SuiteError {
@@ -194,6 +202,12 @@ pub enum Mode {
         port: u16,
         worker_cmd: Option<WorkerCommand>,
     },
+    /// A real engine binary as every environment's engine (private ones
+    /// included), the daemon double attached, the worker spawned.
+    EngineBin {
+        bin: PathBuf,
+        worker_cmd: Option<WorkerCommand>,
+    },
 }
 
 impl Mode {
@@ -202,6 +216,7 @@ impl Mode {
             Mode::Hermetic { .. } => "hermetic",
             Mode::Live { .. } => "live",
             Mode::EngineImage { .. } => "engine-image",
+            Mode::EngineBin { .. } => "engine-bin",
         }
     }
 }
@@ -224,6 +239,8 @@ pub struct SuiteOptions {
     pub bless_schemas: bool,
     /// Per-case lines on stderr.
     pub progress: bool,
+    /// Which levels' failures fail the run.
+    pub level: LevelGate,
 }
 
 impl SuiteOptions {
@@ -238,6 +255,7 @@ impl SuiteOptions {
             expectations: None,
             bless_schemas: false,
             progress: true,
+            level: LevelGate::All,
         }
     }
 }
@@ -270,6 +288,7 @@ impl Job<'_> {
 /// What one job yields before expectations.
 struct JobResult {
     id: String,
+    level: Option<Level>,
     duration: Duration,
     failure: Option<String>,
     skipped: Option<String>,
@@ -289,8 +308,11 @@ struct Context<'a> {
     prefix: String,
     env: &'a Env,
     worker_cmd: Option<WorkerCommand>,
+    /// The engine binary private environments run on (`--engine-bin`).
+    engine_bin: Option<PathBuf>,
     private_ok: Result<(), String>,
     functions: Vec<String>,
+    published: published::Published,
     observed: Mutex<Vec<(String, Observed)>>,
     bless: bool,
 }
@@ -310,6 +332,25 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         .map(|f| format!("{prefix}::{f}"))
         .collect();
 
+    // A filter that selects nothing is a mistake, not a green run.
+    for f in opts
+        .filters
+        .iter()
+        .flat_map(|f| f.split(','))
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    {
+        let hits = loaded.cases.iter().any(|c| case::glob_match(f, &c.id))
+            || loaded
+                .target
+                .functions
+                .iter()
+                .any(|s| case::glob_match(f, &format!("schema.{s}")))
+            || case::glob_match(f, CLOSED_WORLD_CASE);
+        if !hits {
+            return Err(SuiteError::NoMatch(format!("`{f}`")));
+        }
+    }
     // The engine-image gate comes first: without Docker nothing else matters.
     if let Mode::EngineImage { .. } = &opts.mode {
         env::docker_answers().map_err(SuiteError::Unavailable)?;
@@ -317,13 +358,26 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     // Building the default worker is not part of the run's wall time.
     let default_cmd = match &opts.mode {
         Mode::Hermetic { worker_cmd: None }
+        | Mode::EngineBin {
+            worker_cmd: None, ..
+        }
         | Mode::EngineImage {
             worker_cmd: None, ..
         } => Some(WorkerCommand::beside_exe(env::BuildPolicy::Always)?),
         _ => None,
     };
     let started = Instant::now();
+    let engine_bin = match &opts.mode {
+        Mode::EngineBin { bin, .. } => Some(bin.clone()),
+        _ => None,
+    };
     let (env, worker_cmd, private_ok) = match &opts.mode {
+        Mode::EngineBin { bin, worker_cmd } => {
+            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
+                SuiteError::Environment("no worker command".into())
+            })?;
+            (Env::engine_bin(bin, &cmd, functions.clone()).await?, Some(cmd), Ok(()))
+        }
         Mode::Hermetic { worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
                 SuiteError::Environment("no worker command".into())
@@ -351,13 +405,35 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         }
     };
 
+    // What the target publishes against its profile, and its envelope.
+    let present = env::functions_present(&env.client, &functions)
+        .await
+        .unwrap_or_default();
+    let mut seen: BTreeSet<String> = present.into_iter().collect();
+    if let Some(listed) = published::listed_under(&env.client, &prefix).await {
+        seen.extend(listed);
+    }
+    let published = published::Published::compare(&prefix, &loaded.target.functions, &seen);
+    let probe = published::probe_envelope(&env.client, &prefix, &published).await;
+    if opts.progress {
+        eprint!("{}", published.render(&prefix, &probe));
+    }
+    // Private environments wait for what the target actually publishes.
+    let functions: Vec<String> = published
+        .present
+        .iter()
+        .map(|f| format!("{prefix}::{f}"))
+        .collect();
+
     let ctx = Context {
         loaded: &loaded,
         prefix: prefix.clone(),
         env: &env,
         worker_cmd,
+        engine_bin,
         private_ok,
         functions,
+        published,
         observed: Mutex::new(Vec::new()),
         bless: opts.bless_schemas,
     };
@@ -420,6 +496,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     if closed_world_selected || !closed_world.is_empty() {
         let r = JobResult {
             id: CLOSED_WORLD_CASE.to_string(),
+            level: Some(Level::Recommended),
             duration: Duration::ZERO,
             failure: (!closed_world.is_empty()).then(|| {
                 closed_world
@@ -459,6 +536,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     for e in loaded.expectations.unknown_entries(&known_refs) {
         reports.push(CaseReport {
             id: format!("expectations.{}", e.case),
+            level: None,
             verdict: Verdict::Stale,
             duration_ms: 0,
             message: Some(format!(
@@ -474,14 +552,17 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
 
     reports.sort_by(|a, b| a.id.cmp(&b.id));
     env.shutdown().await;
-    let summary = Report::summarize(&reports);
+    let summary = Report::summarize(&reports, opts.level);
+    let by_level = Report::summarize_by_level(&reports, opts.level);
     Ok(Report {
         suite_version: SUITE_VERSION.to_string(),
         target: loaded.target.name.clone(),
         prefix,
         mode: opts.mode.label().to_string(),
+        level: opts.level,
         wall_ms: started.elapsed().as_millis() as u64,
         summary,
+        by_level,
         envelopes,
         closed_world,
         cases: reports,
@@ -493,6 +574,7 @@ fn provisional(r: &JobResult, exp: &Expectations) -> CaseReport {
     finalize(
         JobResult {
             id: r.id.clone(),
+            level: r.level,
             duration: r.duration,
             failure: r.failure.clone(),
             skipped: r.skipped.clone(),
@@ -523,6 +605,7 @@ fn finalize(r: JobResult, exp: &Expectations) -> CaseReport {
     };
     CaseReport {
         id: r.id,
+        level: r.level,
         verdict,
         duration_ms: r.duration.as_millis() as u64,
         message,
@@ -537,6 +620,7 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
     let started = Instant::now();
     let mut result = JobResult {
         id: case.id.clone(),
+        level: Some(case.level),
         duration: Duration::ZERO,
         failure: None,
         skipped: None,
@@ -545,8 +629,30 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
         file: Some(case.file.display().to_string()),
         schema: None,
     };
+    if case.level == Level::Profile {
+        if let Some(why) = ctx.loaded.target.undeclared(&case.requires) {
+            result.skipped = Some(why);
+            return result;
+        }
+    }
     if let Some(why) = ctx.loaded.target.unmet(&case.requires) {
         result.skipped = Some(why);
+        return result;
+    }
+    // A function the profile lists but the target does not publish fails
+    // the cases that need it, and only those.
+    let needed = published::triggered(&case.all_steps());
+    let missing: Vec<&String> = needed.iter().filter(|f| !ctx.published.has(f)).collect();
+    if !missing.is_empty() {
+        result.failure = Some(format!(
+            "needs {}, which the target does not publish (its profile lists {})",
+            missing
+                .iter()
+                .map(|f| format!("{}::{f}", ctx.prefix))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if missing.len() == 1 { "it" } else { "them" }
+        ));
         return result;
     }
     let private = match &case.environment {
@@ -560,7 +666,7 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
                 result.skipped = Some("no worker command for a private environment".into());
                 return result;
             };
-            match Env::private(spec, cmd, ctx.functions.clone()).await {
+            match Env::private(spec, cmd, ctx.functions.clone(), ctx.engine_bin.as_deref()).await {
                 Ok(e) => Some(e),
                 Err(EnvError::Unavailable(why)) => {
                     result.skipped = Some(why);
@@ -616,6 +722,7 @@ async fn run_schema(ctx: &Context<'_>, function: &str) -> JobResult {
     );
     let mut result = JobResult {
         id: format!("schema.{function}"),
+        level: Some(Level::Recommended),
         duration: Duration::ZERO,
         failure: None,
         skipped: None,
@@ -625,6 +732,12 @@ async fn run_schema(ctx: &Context<'_>, function: &str) -> JobResult {
         schema: None,
     };
     let full = format!("{}::{function}", ctx.prefix);
+    if !ctx.published.has(function) {
+        result.failure = Some(format!(
+            "the target does not publish {full} (its profile lists it)"
+        ));
+        return result;
+    }
     let info = ctx
         .env
         .client

@@ -4,7 +4,9 @@
 //! A case's `requires` entries are checked against the profile:
 //! - `name`: the feature is present and truthy (not `false`, `null`, `0`, `""`);
 //! - `!name`: the feature is absent or falsy;
-//! - `name=value`: the feature's value, as text, equals `value`.
+//! - `name=value`: the feature's value, as text, equals `value`;
+//! - `name<=n` / `name>=n`: the feature is a number within that bound (an
+//!   implementation-defined bound such as an idle-TTL floor).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -71,7 +73,29 @@ fn text(v: &Value) -> String {
 /// The feature a requirement names.
 pub fn requirement_feature(req: &str) -> &str {
     let r = req.strip_prefix('!').unwrap_or(req);
-    r.split('=').next().unwrap_or(r).trim()
+    r.split(['=', '<', '>']).next().unwrap_or(r).trim()
+}
+
+/// How a requirement compares the feature's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compare {
+    Equals,
+    AtMost,
+    AtLeast,
+}
+
+/// `name<=v`, `name>=v`, `name=v` or `name`.
+fn split_requirement(body: &str) -> (&str, Option<(Compare, &str)>) {
+    for (op, cmp) in [
+        ("<=", Compare::AtMost),
+        (">=", Compare::AtLeast),
+        ("=", Compare::Equals),
+    ] {
+        if let Some((n, v)) = body.split_once(op) {
+            return (n.trim(), Some((cmp, v.trim())));
+        }
+    }
+    (body, None)
 }
 
 impl Target {
@@ -133,13 +157,13 @@ impl Target {
             Some(b) => (true, b.trim()),
             None => (false, req.trim()),
         };
-        let (name, wanted) = match body.split_once('=') {
-            Some((n, v)) => (n.trim(), Some(v.trim())),
-            None => (body, None),
-        };
+        let (name, wanted) = split_requirement(body);
         let value = self.profile.get(name).map(|f| &f.value);
+        let number = |v: &Value, w: &str| v.as_f64().zip(w.parse::<f64>().ok());
         let holds = match (wanted, value) {
-            (Some(w), Some(v)) => text(v) == w,
+            (Some((Compare::Equals, w)), Some(v)) => text(v) == w,
+            (Some((Compare::AtMost, w)), Some(v)) => number(v, w).is_some_and(|(v, w)| v <= w),
+            (Some((Compare::AtLeast, w)), Some(v)) => number(v, w).is_some_and(|(v, w)| v >= w),
             (Some(_), None) => false,
             (None, Some(v)) => truthy(v),
             (None, None) => false,
@@ -149,6 +173,20 @@ impl Target {
         }
         let shown = value.map(text).unwrap_or_else(|| "absent".into());
         Err(format!("requires `{req}`; target has {name}={shown}"))
+    }
+
+    /// Whether the profile states a value for `feature` at all.
+    pub fn declares(&self, feature: &str) -> bool {
+        self.profile.contains_key(feature)
+    }
+
+    /// For a `profile`-level case: the first requirement naming a value this
+    /// profile does not declare (such a case runs only where it does).
+    pub fn undeclared(&self, reqs: &[String]) -> Option<String> {
+        reqs.iter()
+            .map(|r| requirement_feature(r))
+            .find(|f| !self.declares(f))
+            .map(|f| format!("profile-level case: the target's profile does not declare `{f}`"))
     }
 
     /// The first unmet requirement of a list.

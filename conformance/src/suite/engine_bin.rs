@@ -1,0 +1,190 @@
+//! A real iii engine binary as the engine of an environment (`run
+//! --engine-bin PATH`): started with a minimal config on a loopback port,
+//! in a scratch directory of its own, stopped with the environment.
+//!
+//! The config holds one `iii-worker-manager` listener; the engine injects
+//! its mandatory workers (the configuration worker among them) by itself.
+//! `IIIWORKER_DISABLE_BUILTIN_DAEMONS` keeps it from spawning external
+//! daemons, and `--no-update-check` from reaching the network.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use iii_sdk::protocol::TriggerRequest;
+use serde_json::json;
+
+use super::env::EnvError;
+
+/// How long the engine may take to accept workers.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a SIGTERMed engine may take to exit before it is killed.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The engine config: one worker listener on `127.0.0.1:port`.
+pub fn config_yaml(port: u16) -> String {
+    format!(
+        "# Written by code-runner-conformance for one environment.\n\
+         workers:\n  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
+    )
+}
+
+/// A free loopback port (bound, read, released).
+pub fn free_port() -> Result<u16, EnvError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| EnvError::Failed(format!("no free loopback port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| EnvError::Failed(format!("no free loopback port: {e}")))
+}
+
+/// A running engine binary.
+pub struct EngineProcess {
+    url: String,
+    dir: PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+impl EngineProcess {
+    /// Starts `bin` on `port` (0: a free one) and waits until it answers
+    /// `engine::functions::list` to a connected worker.
+    pub async fn start(bin: &Path, port: u16) -> Result<EngineProcess, EnvError> {
+        let port = if port == 0 { free_port()? } else { port };
+        let dir = std::env::temp_dir().join(format!(
+            "code-runner-conformance-engine-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| EnvError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+        let config = dir.join("config.yaml");
+        std::fs::write(&config, config_yaml(port))
+            .map_err(|e| EnvError::Failed(format!("cannot write {}: {e}", config.display())))?;
+        let log = std::fs::File::create(dir.join("engine.log"))
+            .map_err(|e| EnvError::Failed(format!("cannot open the engine log: {e}")))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| EnvError::Failed(format!("cannot open the engine log: {e}")))?;
+        let child = tokio::process::Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("--no-update-check")
+            .current_dir(&dir)
+            .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                EnvError::Failed(format!("cannot start the engine `{}`: {e}", bin.display()))
+            })?;
+        let mut engine = EngineProcess {
+            url: format!("ws://127.0.0.1:{port}"),
+            dir,
+            child: Some(child),
+        };
+        engine.wait_ready().await?;
+        Ok(engine)
+    }
+
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("engine.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), EnvError> {
+        let until = Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Err(EnvError::Failed(format!(
+                    "the engine exited ({status}) before accepting workers; log tail:\n{}",
+                    self.log_tail()
+                )));
+            }
+            if let Ok(client) =
+                crate::client::connect(&self.url, "code-runner-conformance-probe").await
+            {
+                let answer = client
+                    .trigger(TriggerRequest {
+                        function_id: "engine::functions::list".into(),
+                        payload: json!({}),
+                        action: None,
+                        timeout_ms: Some(2_000),
+                    })
+                    .await;
+                client.shutdown_async().await;
+                if answer.is_ok() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= until {
+                return Err(EnvError::Failed(format!(
+                    "the engine at {} did not accept workers within {START_DEADLINE:?}; log tail:\n{}",
+                    self.url,
+                    self.log_tail()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, wait, kill after a deadline; the scratch directory goes.
+    pub async fn shutdown(mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            if tokio::time::timeout(STOP_DEADLINE, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+impl Drop for EngineProcess {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_opens_one_loopback_listener_on_the_port() {
+        let v: serde_json::Value = serde_yaml::from_str(&config_yaml(40123)).unwrap();
+        assert_eq!(
+            v,
+            json!({"workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
+        );
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_exits_is_reported_with_its_log() {
+        let e = EngineProcess::start(Path::new("/bin/false"), 0)
+            .await
+            .err()
+            .expect("a binary that exits is no engine");
+        assert!(e.to_string().contains("the engine exited"), "{e}");
+    }
+}
