@@ -129,11 +129,11 @@ async fn serve(url: String, config: Config) -> ExitCode {
 }
 
 /// SIGTERM to exit, at most (a supervisor's stop must be bounded).
-const STOP_DEADLINE: Duration = Duration::from_millis(4500);
+const STOP_DEADLINE: Duration = Duration::from_millis(4700);
 /// Total time every `sandbox::stop` of the shutdown shares.
-const STOP_BUDGET: Duration = Duration::from_secs(3);
+const STOP_BUDGET: Duration = Duration::from_millis(3800);
 /// Time to say goodbye to the engine.
-const DISCONNECT_BUDGET: Duration = Duration::from_millis(500);
+const DISCONNECT_BUDGET: Duration = Duration::from_millis(400);
 /// Exit status of a shutdown that left VMs running (for the next boot's
 /// orphan sweep); 0 means every owned VM was stopped.
 const EXIT_UNCLEAN: i32 = 3;
