@@ -142,7 +142,7 @@ const GUEST_SDK: Step = Step {
 
 const UI: Step = Step {
     doing: "building the console UI (ui/)",
-    prebuilt: "SCR_UI_DIST=<dir holding prebuilt cards.js and cards.css>",
+    prebuilt: "SCR_UI_DIST=<dir holding prebuilt cards.js, cards.css and page.js>",
 };
 
 fn run(cmd: &mut Command, what: &str, step: &Step) {
@@ -212,6 +212,8 @@ fn copy(from: &Path, to: &Path) {
 const UI_DIR: &str = "ui";
 /// The inputs of the UI build besides ui/src/**.
 const UI_INPUTS: &[&str] = &["package.json", "package-lock.json", "build.mjs"];
+/// The files ui/build.mjs produces, each embedded as `$OUT_DIR/ui-<name>`.
+const UI_ASSETS: &[&str] = &["cards.js", "cards.css", "page.js"];
 /// What the bundle must contain to be the cards (the registration queue).
 const UI_MARKER: &str = "__iiiConsoleUi";
 
@@ -227,7 +229,7 @@ fn build_ui_assets() {
 
     if let Some(prebuilt) = env::var_os("SCR_UI_DIST") {
         let prebuilt = PathBuf::from(prebuilt);
-        for f in ["cards.js", "cards.css"] {
+        for f in UI_ASSETS {
             println!("cargo:rerun-if-changed={}", prebuilt.join(f).display());
             copy(&prebuilt.join(f), &out_dir.join(format!("ui-{f}")));
         }
@@ -248,7 +250,7 @@ fn build_ui_assets() {
     let cache_root = target_dir(&out_dir).join("ui-npm");
     let deps = cache_root.join(format!("deps-{:016x}", deps_hash.finish()));
     let assets = cache_root.join(format!("assets-{:016x}", h.finish()));
-    if !(assets.join("cards.js").is_file() && assets.join("cards.css").is_file()) {
+    if !UI_ASSETS.iter().all(|f| assets.join(f).is_file()) {
         if !deps.join("node_modules").is_dir() {
             install_ui_deps(&cache_root, &package_json, &lock, &deps);
         }
@@ -264,7 +266,7 @@ fn build_ui_assets() {
             }
         }
     }
-    for f in ["cards.js", "cards.css"] {
+    for f in UI_ASSETS {
         copy(&assets.join(f), &out_dir.join(format!("ui-{f}")));
     }
 }
@@ -323,8 +325,9 @@ fn build_ui(cache_root: &Path, ui: &Path, deps: &Path, assets: &Path) {
     );
     let js = fs::read_to_string(work.join("cards.js")).unwrap_or_default();
     let css = fs::read_to_string(work.join("cards.css")).unwrap_or_default();
+    let page = fs::read_to_string(work.join("page.js")).unwrap_or_default();
     assert!(
-        js.contains(UI_MARKER) && css.contains("data-iii-ui"),
+        js.contains(UI_MARKER) && css.contains("data-iii-ui") && page.contains("list_runtimes"),
         "build.rs: ui/build.mjs produced no usable cards.js / cards.css in {}",
         work.display()
     );

@@ -60,11 +60,13 @@ pub const SANDBOX_CONTRACT: &[&str] = &[
     "sandbox::fs::sed",
 ];
 
-/// This worker's internal functions: operator and engine plumbing that
-/// guests have no business calling.
+/// This worker's internal functions, and the operator's inventory: plumbing
+/// and fleet views that guests have no business calling (the inventory names
+/// other tenants' namespaces and functions).
 pub const INTERNAL_FUNCTIONS: &[&str] = &[
     GUEST_AUTH,
     GUEST_REGISTER,
+    crate::functions::LIST_RUNTIMES,
     crate::functions::STATS,
     crate::functions::UI_CONTENT,
     crate::settings::GUIDANCE_FN,

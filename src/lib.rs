@@ -7,6 +7,7 @@
 pub mod bus;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod functions;
 pub mod guest;
 pub mod guest_access;

@@ -167,12 +167,52 @@ async fn serve(url: String, config: Config) -> ExitCode {
     );
     functions::publish_all(bus.as_ref(), &manager);
     functions::publish_ui(bus.as_ref());
+    sandbox_code_runner::events::provide_over_sdk(&client, manager.events().clone());
     let settings = Settings::new(bus.clone());
     settings.publish();
+
+    // SIGTERM is honoured from here on, whatever the boot is waiting for.
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    tokio::select! {
+        _ = &mut signal => {}
+        _ = boot(&client, &manager, &settings, &url) => signal.await,
+    }
+
+    // Whatever the bus does now, the process is gone within STOP_DEADLINE.
+    std::thread::spawn(|| {
+        std::thread::sleep(STOP_DEADLINE);
+        eprintln!("shutdown did not finish within {STOP_DEADLINE:?}; exiting; VMs left are stopped by the next boot's orphan sweep");
+        std::process::exit(EXIT_UNCLEAN);
+    });
+    tracing::info!("shutting down: stopping every VM this worker owns");
+    let report = manager.shutdown_within(STOP_BUDGET).await;
+    let _ = tokio::time::timeout(DISCONNECT_BUDGET, client.shutdown_async()).await;
+    if report.is_clean() {
+        tracing::info!(stopped = report.stopped, "shutdown clean");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_UNCLEAN as u8)
+    }
+}
+
+/// SIGTERM to exit, at most (a supervisor's stop must be bounded).
+const STOP_DEADLINE: Duration = Duration::from_millis(4700);
+/// Total time every `sandbox::stop` of the shutdown shares.
+const STOP_BUDGET: Duration = Duration::from_millis(3800);
+/// Time to say goodbye to the engine.
+const DISCONNECT_BUDGET: Duration = Duration::from_millis(400);
+/// Exit status of a shutdown that left VMs running (for the next boot's
+/// orphan sweep); 0 means every owned VM was stopped.
+const EXIT_UNCLEAN: i32 = 3;
+
+/// Registration, the orphan sweep, the pool, live settings; then serves
+/// until the process is told to stop.
+async fn boot(client: &iii_sdk::IIIClient, manager: &Manager, settings: &Arc<Settings>, url: &str) {
     if let Err(e) = client.wait_until_registered(Duration::from_secs(30)).await {
         tracing::warn!(error = %e, %url, "not registered with the engine yet; the SDK keeps retrying");
     }
-    tracing::info!(%url, "sandbox-code-runner serving run, register_function, teardown");
+    tracing::info!(%url, "sandbox-code-runner serving run, register_function, teardown, list_runtimes");
 
     match manager.sweep_orphans().await {
         Ok(0) => {}
@@ -188,12 +228,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
 
     manager.start_pool();
     settings.boot().await;
-
-    wait_for_signal().await;
-    tracing::info!("shutting down: stopping every VM this worker owns");
-    manager.shutdown().await;
-    client.shutdown_async().await;
-    ExitCode::SUCCESS
+    std::future::pending::<()>().await;
 }
 
 async fn wait_for_signal() {

@@ -109,6 +109,11 @@ impl WarmPool {
         }
     }
 
+    /// VMs of `lang` being booted for the pool right now.
+    pub fn warming(&self, lang: Lang) -> usize {
+        self.lock().warming.get(&lang).copied().unwrap_or(0)
+    }
+
     /// Ready VMs per language, for tests and stats.
     pub fn ready(&self, lang: Lang) -> usize {
         self.lock().ready.get(&lang).map_or(0, VecDeque::len)

@@ -26,6 +26,12 @@ use crate::sandbox::{
 };
 use crate::wire::{RunResponse, TeardownResponse};
 
+mod inventory;
+mod shutdown;
+use crate::events::{EventKind, Hub};
+pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry};
+pub use shutdown::ShutdownReport;
+
 /// How often the warm pool is topped up without traffic.
 const POOL_MAINTENANCE: Duration = Duration::from_secs(2);
 
@@ -62,6 +68,8 @@ pub struct Runtime {
     functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
     token: Mutex<Option<TokenLease>>,
+    /// What the inventory shows: handle, created, last used, executions.
+    meta: inventory::Meta,
 }
 
 impl Runtime {
@@ -81,6 +89,7 @@ impl Runtime {
             slot: tokio::sync::Mutex::new(Slot { sdk }),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
+            meta: inventory::Meta::new(),
         })
     }
 }
@@ -154,6 +163,8 @@ pub struct Manager {
     stats: Stats,
     /// Tokens of guests on the guest listener (`guest_url`).
     tokens: Arc<GuestTokens>,
+    /// Lifecycle subscribers (`sandbox-code-runner::event`).
+    events: Arc<Hub>,
     me: Weak<Manager>,
 }
 
@@ -237,8 +248,10 @@ impl Manager {
         guest_engine_url: String,
     ) -> Arc<Manager> {
         let pool = WarmPool::new(config.warm_pool);
+        let events = Arc::new(Hub::new(&bus));
         Arc::new_cyclic(|me| Manager {
             pool,
+            events,
             stats: Stats::default(),
             sandbox,
             bus,
@@ -582,11 +595,13 @@ impl Manager {
                 SdkState::Absent
             };
             let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token);
+            rt.meta.used(Duration::from_millis(out.duration_ms));
             {
                 let mut st = lock(&self.state);
                 st.transient.remove(&sandbox_id);
-                st.runtimes.insert(id.clone(), rt);
+                st.runtimes.insert(id.clone(), rt.clone());
             }
+            self.lifecycle(EventKind::RuntimeCreated, &rt, None);
             tracing::info!(lang = %lang, "kept a runtime");
             return Ok(self.response(out, Some(id.expose().to_string())));
         }
@@ -626,6 +641,7 @@ impl Manager {
             }
         }
         let mut slot = rt.slot.lock().await;
+        let timed = inventory::Timed::start(&rt.meta);
         let outcome = async {
             if slot.sdk == SdkState::Absent && guest::names_iii(code) {
                 self.prepare_sdk(&rt.sandbox_id, rt.lang).await?;
@@ -638,6 +654,7 @@ impl Manager {
             .await
         }
         .await;
+        drop(timed);
         drop(slot);
         match outcome {
             Ok(out) => Ok(self.response(out, Some(id.expose().to_string()))),
@@ -653,7 +670,9 @@ impl Manager {
     /// functions. Later calls with its id get `runtime_not_found`.
     fn expire(&self, rt: &Arc<Runtime>) -> Vec<String> {
         tracing::info!(lang = %rt.lang, namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
-        self.forget(rt)
+        let unregistered = self.forget(rt);
+        self.lifecycle_end(EventKind::RuntimeExpired, rt, &unregistered);
+        unregistered
     }
 
     fn forget(&self, rt: &Arc<Runtime>) -> Vec<String> {
@@ -760,6 +779,7 @@ impl Manager {
                     if fresh && lock(&rt.functions).is_empty() {
                         // Do not keep a VM for a namespace that holds nothing.
                         self.forget(&rt);
+                        self.lifecycle(EventKind::RuntimeTornDown, &rt, None);
                         self.stop_vm(&rt.sandbox_id).await;
                     }
                     return Err(e);
@@ -802,10 +822,13 @@ impl Manager {
             SdkState::Absent,
             self.mint_guest_token(Some(ns)),
         );
-        let mut st = lock(&self.state);
-        st.transient.remove(&sandbox_id);
-        st.runtimes.insert(id.clone(), rt.clone());
-        st.namespaces.insert(key, id);
+        {
+            let mut st = lock(&self.state);
+            st.transient.remove(&sandbox_id);
+            st.runtimes.insert(id.clone(), rt.clone());
+            st.namespaces.insert(key, id);
+        }
+        self.lifecycle(EventKind::RuntimeCreated, &rt, None);
         Ok((rt, true))
     }
 
@@ -918,6 +941,7 @@ impl Manager {
             handler,
         );
         tracing::info!(function_id = fid.as_str(), lang = %rt.lang, "published a handler");
+        self.lifecycle(EventKind::FunctionRegistered, rt, Some(fid.as_str()));
         Ok(())
     }
 
@@ -945,6 +969,7 @@ impl Manager {
         let budget = self.config.clamp_timeout(None);
         let secret = guest::new_secret();
         let slot = rt.slot.lock().await;
+        let timed = inventory::Timed::start(&rt.meta);
         let out = self
             .exec(
                 &rt.sandbox_id,
@@ -962,6 +987,7 @@ impl Manager {
                 ),
             )
             .await;
+        drop(timed);
         drop(slot);
         let out = match out {
             Ok(o) => o,
@@ -998,6 +1024,7 @@ impl Manager {
             .cloned()
             .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
         let unregistered = self.forget(&rt);
+        self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
         self.stop_vm(&rt.sandbox_id).await;
         Ok(TeardownResponse {
             runtime_id: Some(id.expose().to_string()),
@@ -1027,7 +1054,9 @@ impl Manager {
         }
         let mut unregistered = BTreeSet::new();
         for rt in rts {
-            unregistered.extend(self.forget(&rt));
+            let fns = self.forget(&rt);
+            self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &fns);
+            unregistered.extend(fns);
             self.stop_vm(&rt.sandbox_id).await;
         }
         Ok(TeardownResponse {
@@ -1050,33 +1079,14 @@ impl Manager {
                 stopped += 1;
             }
         }
+        self.lifecycle_swept(stopped);
         Ok(stopped)
     }
 
-    /// Stops every VM this worker owns and unpublishes every function.
-    pub async fn shutdown(&self) {
-        let pooled = self.pool.close();
-        {
-            let mut st = lock(&self.state);
-            st.transient.extend(pooled);
-        }
-        let (rts, transient): (Vec<Arc<Runtime>>, Vec<String>) = {
-            let st = lock(&self.state);
-            (
-                st.runtimes.values().cloned().collect(),
-                st.transient.iter().cloned().collect(),
-            )
-        };
-        let mut ids: Vec<String> = transient;
-        for rt in &rts {
-            self.forget(rt);
-            ids.push(rt.sandbox_id.clone());
-        }
-        futures_util::future::join_all(ids.iter().map(|id| self.stop_vm(id))).await;
-        // VMs still warming are handed back on arrival and stopped there.
-        self.pool.settle(Duration::from_secs(30)).await;
-        let late: Vec<String> = lock(&self.state).transient.iter().cloned().collect();
-        futures_util::future::join_all(late.iter().map(|id| self.stop_vm(id))).await;
+    /// Stops every VM this worker owns and unpublishes every function,
+    /// within 30 s (see [`Manager::shutdown_within`]).
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(Duration::from_secs(30)).await
     }
 }
 

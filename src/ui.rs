@@ -2,6 +2,8 @@
 //! function with the console, `cards.css` styles them. build.rs builds both
 //! from ui/src into OUT_DIR; nothing is installed or served separately.
 //!
+//! `page.js` is the runtimes page (an ES module for `console:script`).
+//!
 //! [`asset`] is what `sandbox-code-runner::ui-content` answers with: the
 //! `console:script` trigger asks for [`SCRIPT_PATH`], `console:style` for
 //! [`STYLE_PATH`].
@@ -13,11 +15,16 @@ pub const SCRIPT_PATH: &str = "sandbox-code-runner/cards.js";
 /// `[data-iii-ui="sandbox-code-runner"]`.
 pub const STYLE_PATH: &str = "sandbox-code-runner/cards.css";
 
+/// The runtimes page: an ES module whose default export is the console's
+/// `setup(host)`; it registers a page fed by `list_runtimes`.
+pub const PAGE_PATH: &str = "sandbox-code-runner/page.js";
+
 pub const SCRIPT_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
 pub const STYLE_CONTENT_TYPE: &str = "text/css; charset=utf-8";
 
 const CARDS_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.js"));
 const CARDS_CSS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.css"));
+const PAGE_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-page.js"));
 
 /// The asset at `path` as `(content, content_type)`, or `None`.
 ///
@@ -29,6 +36,7 @@ pub fn asset(path: &str) -> Option<(&'static str, &'static str)> {
     match name {
         "cards.js" => Some((CARDS_JS, SCRIPT_CONTENT_TYPE)),
         "cards.css" => Some((CARDS_CSS, STYLE_CONTENT_TYPE)),
+        "page.js" => Some((PAGE_JS, SCRIPT_CONTENT_TYPE)),
         _ => None,
     }
 }
@@ -45,6 +53,7 @@ mod tests {
             ("cards.js", SCRIPT_CONTENT_TYPE),
             ("/cards.css", STYLE_CONTENT_TYPE),
             ("/sandbox-code-runner/cards.js", SCRIPT_CONTENT_TYPE),
+            (PAGE_PATH, SCRIPT_CONTENT_TYPE),
         ] {
             let (content, content_type) = asset(path).unwrap_or_else(|| panic!("{path}"));
             assert_eq!(content_type, ty, "{path}");
@@ -84,6 +93,18 @@ mod tests {
     }
 
     #[test]
+    fn the_page_is_a_module_fed_by_list_runtimes() {
+        let (js, ty) = asset(PAGE_PATH).unwrap();
+        assert_eq!(ty, SCRIPT_CONTENT_TYPE);
+        assert!(js.contains("sandbox-code-runner::list_runtimes"));
+        assert!(js.contains("sandbox-code-runner::teardown"));
+        assert!(
+            js.contains("export"),
+            "an ES module with setup(host) as default"
+        );
+    }
+
+    #[test]
     fn the_stylesheet_is_scoped_and_honours_reduced_motion() {
         let (css, _) = asset(STYLE_PATH).unwrap();
         assert!(css.contains("prefers-reduced-motion"));
@@ -107,7 +128,7 @@ mod tests {
 
     #[test]
     fn no_asset_carries_a_full_runtime_id() {
-        for path in [SCRIPT_PATH, STYLE_PATH] {
+        for path in [SCRIPT_PATH, STYLE_PATH, PAGE_PATH] {
             let (content, _) = asset(path).unwrap();
             assert_eq!(
                 crate::error::redact_runtime_ids(content),

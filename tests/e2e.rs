@@ -340,8 +340,13 @@ async fn console_assets_are_served_and_bound() {
     let console =
         common::TriggerProvider::start(&h.bench.url(), &["console:script", "console:style"]).await;
     let bound = wait_for(Duration::from_secs(10), || async {
-        console.bindings("console:script", "sandbox-code-runner::ui-content")
-            == vec![json!({"path": "sandbox-code-runner/cards.js"})]
+        let mut scripts = console.bindings("console:script", "sandbox-code-runner::ui-content");
+        scripts.sort_by_key(|v| v.to_string());
+        scripts
+            == vec![
+                json!({"path": "sandbox-code-runner/cards.js"}),
+                json!({"path": "sandbox-code-runner/page.js"}),
+            ]
             && console.bindings("console:style", "sandbox-code-runner::ui-content")
                 == vec![json!({"path": "sandbox-code-runner/cards.css"})]
     })

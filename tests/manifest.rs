@@ -89,3 +89,23 @@ fn the_guest_listener_section_is_the_codes() {
         }
     }
 }
+
+#[test]
+fn trigger_types_are_the_provided_ones() {
+    let m = manifest();
+    let listed: Vec<&str> = m["trigger_types"]
+        .as_sequence()
+        .expect("trigger_types")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(listed, [sandbox_code_runner::events::TRIGGER_TYPE]);
+    let described = m["trigger_types"][0]["description"].as_str().unwrap();
+    for kind in sandbox_code_runner::events::EventKind::ALL {
+        assert!(
+            described.contains(kind.as_str()),
+            "{} missing from the manifest",
+            kind.as_str()
+        );
+    }
+}

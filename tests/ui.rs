@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod common;
+
 const NPM_DEADLINE: Duration = Duration::from_secs(600);
 const VITEST_DEADLINE: Duration = Duration::from_secs(300);
 const TSC_DEADLINE: Duration = Duration::from_secs(300);
@@ -220,6 +222,24 @@ fn node_modules() -> &'static Path {
     })
 }
 
+/// The browser loads exactly the assets embedded in the binary.
+fn embedded_assets() -> PathBuf {
+    let dist =
+        target_dir()
+            .join("ui-npm")
+            .join(format!("embedded-{}-{:x}", std::process::id(), nanos()));
+    fs::create_dir_all(&dist).unwrap();
+    for (name, path) in [
+        ("cards.js", sandbox_code_runner::ui::SCRIPT_PATH),
+        ("cards.css", sandbox_code_runner::ui::STYLE_PATH),
+        ("page.js", sandbox_code_runner::ui::PAGE_PATH),
+    ] {
+        let (content, _) = sandbox_code_runner::ui::asset(path).expect("embedded asset");
+        fs::write(dist.join(name), content).unwrap();
+    }
+    dist
+}
+
 fn node_script(rel: &str) -> Command {
     let mut cmd = Command::new("node");
     cmd.arg(node_modules().join(rel)).current_dir(ui_dir());
@@ -256,22 +276,16 @@ fn vitest_renders_every_card_without_a_full_runtime_id() {
 
 #[test]
 fn chromium_renders_the_harness_without_a_full_runtime_id() {
-    // The browser loads exactly the assets embedded in the binary.
-    let dist = target_dir()
-        .join("ui-npm")
-        .join(format!("embedded-{}", std::process::id()));
-    fs::create_dir_all(&dist).unwrap();
-    for (name, path) in [
-        ("cards.js", sandbox_code_runner::ui::SCRIPT_PATH),
-        ("cards.css", sandbox_code_runner::ui::STYLE_PATH),
-    ] {
-        let (content, _) = sandbox_code_runner::ui::asset(path).expect("embedded asset");
-        fs::write(dist.join(name), content).unwrap();
-    }
+    let dist = embedded_assets();
     let screenshot = target_dir().join("ui-screenshot.png");
     let out = run(
         node_script("vitest/vitest.mjs")
-            .args(["run", "--config", "vitest.browser.config.ts"])
+            .args([
+                "run",
+                "--config",
+                "vitest.browser.config.ts",
+                "browser/cards.browser.test.ts",
+            ])
             .env("SCR_UI_DIST", &dist)
             .env("SCR_UI_SCREENSHOT", &screenshot),
         BROWSER_DEADLINE,
@@ -289,4 +303,106 @@ fn chromium_renders_the_harness_without_a_full_runtime_id() {
         out.text
     );
     eprintln!("screenshot: {}", screenshot.display());
+}
+
+/// The runtimes page over a live worker's inventory: about 50 runtimes
+/// (40 kept, 10 namespace runtimes in 5 namespaces), rendered in Chromium
+/// with a screenshot at target/ui-page-screenshot.png; teardown from the
+/// page and the 1,000-runtime paging run against the same build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
+    use serde_json::json;
+    let limits = code_runner_conformance::sandbox_double::SandboxLimits {
+        max_concurrent_sandboxes: 64,
+        ..common::test_limits()
+    };
+    let h = common::Harness::start_with("", limits).await;
+    let mut runtime_ids = Vec::new();
+    for i in 0..40 {
+        let (lang, code) = if i % 4 == 0 {
+            ("node", "console.log(1)")
+        } else {
+            ("python", "print(1)")
+        };
+        let out = h
+            .run(json!({"lang": lang, "code": code, "keep": true}))
+            .await
+            .expect("kept run");
+        runtime_ids.push(out["runtime_id"].as_str().unwrap().to_string());
+    }
+    for ns in ["billing", "etl", "ingest", "reports", "search"] {
+        for (lang, name, source) in [
+            ("python", "score", "def handler(p):\n    return p"),
+            ("node", "shape", "export function handler(p) { return p }"),
+        ] {
+            h.call(
+                "sandbox-code-runner::register_function",
+                json!({"function_id": format!("{ns}::{name}"), "lang": lang, "source": source}),
+            )
+            .await
+            .expect("registered");
+        }
+        for name in ["score", "shape"] {
+            h.call(&format!("{ns}::{name}"), json!({"n": 1}))
+                .await
+                .expect("a handler call");
+        }
+    }
+    let inventory = h
+        .call("sandbox-code-runner::list_runtimes", json!({}))
+        .await
+        .expect("inventory");
+    assert_eq!(inventory["runtimes"].as_array().map(Vec::len), Some(50));
+    let text = inventory.to_string();
+    for id in &runtime_ids {
+        assert!(
+            !text.contains(id.as_str()),
+            "the inventory holds a runtime id"
+        );
+    }
+    let dist = embedded_assets();
+    let inventory_path = dist.join("inventory.json");
+    fs::write(&inventory_path, text).unwrap();
+    let screenshot = target_dir().join("ui-page-screenshot.png");
+    let shot = screenshot.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            node_script("vitest/vitest.mjs")
+                .args([
+                    "run",
+                    "--config",
+                    "vitest.browser.config.ts",
+                    "browser/page.browser.test.ts",
+                ])
+                .env("SCR_UI_DIST", &dist)
+                .env("SCR_UI_INVENTORY", &inventory_path)
+                .env("SCR_UI_PAGE_SCREENSHOT", &shot),
+            BROWSER_DEADLINE,
+        )
+    })
+    .await
+    .unwrap();
+    check("page browser test", &out, BROWSER_DEADLINE);
+    for id in ["billing", "etl", "ingest", "reports", "search"] {
+        h.call("sandbox-code-runner::teardown", json!({"namespace": id}))
+            .await
+            .expect("teardown");
+    }
+    for id in &runtime_ids {
+        h.call("sandbox-code-runner::teardown", json!({"runtime_id": id}))
+            .await
+            .expect("teardown");
+    }
+    h.finish(0).await;
+    if let Some(line) = out.text.lines().find(|l| l.contains("SKIPPED")) {
+        eprintln!("{line}");
+        return;
+    }
+    assert!(
+        out.text.contains("passed") && screenshot.is_file(),
+        "no page screenshot at {}:\n{}",
+        screenshot.display(),
+        out.text
+    );
+    eprintln!("page screenshot: {}", screenshot.display());
 }

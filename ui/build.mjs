@@ -1,5 +1,5 @@
-// Builds the console assets: dist/cards.js (an IIFE that registers the cards)
-// and dist/cards.css. The one recipe for both `npm run build` and the root
+// Builds the console assets: dist/cards.js (an IIFE that registers the cards),
+// dist/page.js (the runtimes page, an ES module) and dist/cards.css. The one recipe for both `npm run build` and the root
 // build.rs, which runs it with `--outdir=<cache>` and `--modules=<dir>` (the
 // directory its cached `npm ci` ran in) so nothing is installed under ui/.
 //
@@ -32,6 +32,15 @@ await esbuild.build({
   platform: "browser",
   outfile: join(outdir, "cards.js"),
   banner: { js: banner },
+});
+await esbuild.build({
+  ...common,
+  entryPoints: [join(here, "src/page.ts")],
+  format: "esm",
+  target: ["es2020"],
+  platform: "browser",
+  outfile: join(outdir, "page.js"),
+  banner: { js: "/* sandbox-code-runner console page: generated from ui/src by ui/build.mjs; do not edit. */" },
 });
 await esbuild.build({
   ...common,

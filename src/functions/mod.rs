@@ -2,6 +2,7 @@
 //! encode. Nothing below here sees JSON requests.
 
 pub mod guest_auth;
+pub mod list_runtimes;
 pub mod register;
 pub mod run;
 pub mod teardown;
@@ -20,6 +21,8 @@ use crate::sandbox::{metered, OpTotals};
 pub const RUN: &str = "sandbox-code-runner::run";
 pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
+/// The operator's inventory of live runtimes (no capability in it).
+pub const LIST_RUNTIMES: &str = "sandbox-code-runner::list_runtimes";
 /// Internal: serves the console cards for the `console:script` and
 /// `console:style` triggers.
 pub const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
@@ -72,6 +75,15 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
         teardown::spec(),
         metered_handler(manager, stats.teardown.clone(), |m, p| async move {
             teardown::handle(&m, p).await
+        }),
+    );
+
+    let m = manager.clone();
+    bus.publish(
+        list_runtimes::spec(),
+        Arc::new(move |p| {
+            let m = m.clone();
+            Box::pin(async move { encode(list_runtimes::handle(&m, p).await?) })
         }),
     );
 
@@ -136,6 +148,7 @@ pub fn publish_ui(bus: &dyn Bus) {
     for (slot, path) in [
         ("console:script", crate::ui::SCRIPT_PATH),
         ("console:style", crate::ui::STYLE_PATH),
+        ("console:script", crate::ui::PAGE_PATH),
     ] {
         // Pending until a console declares the slot; a failure costs only the cards.
         match bus.bind(slot, UI_CONTENT, serde_json::json!({"path": path})) {
@@ -147,5 +160,10 @@ pub fn publish_ui(bus: &dyn Bus) {
 
 /// Every spec this worker publishes, for schema snapshots.
 pub fn specs() -> Vec<FunctionSpec> {
-    vec![run::spec(), register::spec(), teardown::spec()]
+    vec![
+        run::spec(),
+        register::spec(),
+        teardown::spec(),
+        list_runtimes::spec(),
+    ]
 }

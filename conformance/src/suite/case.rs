@@ -243,6 +243,17 @@ pub enum Action {
     WorkerLog {},
     /// Wait for the worker process to exit by itself: `{exited, success, exit_code}`.
     WorkerExit { within_ms: u64 },
+    /// Binds a function of the suite's own client to trigger type
+    /// `trigger_type` (with `config`, default `{}`) and records every payload
+    /// it is called with, until the case ends. `{subscribed: true}`.
+    Subscribe {
+        trigger_type: String,
+        #[serde(default)]
+        config: Option<Value>,
+    },
+    /// What this case's subscribers received so far, in arrival order:
+    /// `{events: [payload…], kinds: [payload.event…]}`.
+    Received {},
 }
 
 impl Action {
@@ -253,6 +264,8 @@ impl Action {
             Action::LocateSandbox { .. }
                 | Action::RegisterForeign { .. }
                 | Action::DeclareTriggerType { .. }
+                | Action::Subscribe { .. }
+                | Action::Received {}
         )
     }
 }
@@ -394,6 +407,8 @@ pub fn action_name(a: &Action) -> &'static str {
         Action::StartSandbox {} => "start_sandbox",
         Action::WorkerLog {} => "worker_log",
         Action::WorkerExit { .. } => "worker_exit",
+        Action::Subscribe { .. } => "subscribe",
+        Action::Received {} => "received",
     }
 }
 

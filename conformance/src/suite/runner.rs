@@ -105,6 +105,10 @@ pub struct CaseRun<'a> {
     observed: Mutex<Vec<(String, Observed)>>,
     foreign: Mutex<Vec<FunctionRef>>,
     trigger_types: Mutex<Vec<String>>,
+    /// Subscriber functions and their bindings (action `subscribe`).
+    subscriptions: Mutex<Vec<(FunctionRef, iii_sdk::trigger::Trigger)>>,
+    /// What the subscribers received, in arrival order.
+    received: std::sync::Arc<Mutex<Vec<Value>>>,
 }
 
 /// The owner side of a trigger type a case declares: accepts every binding.
@@ -153,6 +157,8 @@ impl<'a> CaseRun<'a> {
             observed: Mutex::new(Vec::new()),
             foreign: Mutex::new(Vec::new()),
             trigger_types: Mutex::new(Vec::new()),
+            subscriptions: Mutex::new(Vec::new()),
+            received: Default::default(),
         }
     }
 
@@ -166,6 +172,10 @@ impl<'a> CaseRun<'a> {
             }
         }
         for f in lock(&self.foreign).drain(..) {
+            f.unregister();
+        }
+        for (f, t) in lock(&self.subscriptions).drain(..) {
+            t.unregister();
             f.unregister();
         }
         for t in lock(&self.trigger_types).drain(..) {
@@ -488,6 +498,28 @@ impl<'a> CaseRun<'a> {
                 .await
                 .map(|log| json!({ "log": log }))
                 .map_err(|e| e.to_string()),
+            Action::Subscribe {
+                trigger_type,
+                config,
+            } => {
+                let config = match config {
+                    Some(c) => lock(&self.vars).fill_payload(c).map(Some),
+                    None => Ok(None),
+                };
+                match (self.fill(trigger_type), config) {
+                    (Ok(t), Ok(c)) => self.subscribe(&t, c),
+                    (Err(e), _) => Err(e),
+                    (_, Err(e)) => Err(e.to_string()),
+                }
+            }
+            Action::Received {} => {
+                let events = lock(&self.received).clone();
+                let kinds: Vec<Value> = events
+                    .iter()
+                    .map(|e| e.get("event").cloned().unwrap_or(Value::Null))
+                    .collect();
+                Ok(json!({ "events": events, "kinds": kinds }))
+            }
             Action::WorkerExit { within_ms } => self
                 .env
                 .worker_exit(Duration::from_millis(*within_ms))
@@ -535,6 +567,43 @@ impl<'a> CaseRun<'a> {
             [] => Ok(json!({ "found": false })),
             [one] => Ok(json!({ "found": true, "sandbox_id": one })),
             many => Err(format!("{file} exists in {} sandboxes", many.len())),
+        }
+    }
+
+    /// Registers a recording function and binds it to `trigger_type`.
+    fn subscribe(&self, trigger_type: &str, config: Option<Value>) -> Result<Value, String> {
+        let function_id = format!("conformance.subscriber::{}", uuid::Uuid::new_v4().simple());
+        let sink = self.received.clone();
+        let reg = RegisterFunction::new_async(move |payload: Value| {
+            let sink = sink.clone();
+            async move {
+                lock(&sink).push(payload);
+                Ok::<Value, iii_sdk::Error>(json!({ "received": true }))
+            }
+        })
+        .description("records events for a code-runner-conformance case");
+        let f = self.env.client.register_function(function_id.clone(), reg);
+        #[allow(deprecated)] // the engine speaks trigger types
+        let bound = self
+            .env
+            .client
+            .register_trigger(iii_sdk::protocol::RegisterTriggerInput {
+                trigger_type: trigger_type.to_string(),
+                function_id,
+                config: config.unwrap_or_else(|| json!({})),
+                metadata: None,
+                namespace: None,
+                trigger_namespace: None,
+            });
+        match bound {
+            Ok(t) => {
+                lock(&self.subscriptions).push((f, t));
+                Ok(json!({ "subscribed": true }))
+            }
+            Err(e) => {
+                f.unregister();
+                Err(format!("cannot bind to {trigger_type}: {e}"))
+            }
         }
     }
 

@@ -1,0 +1,252 @@
+//! The runtime inventory (`list_runtimes`) and the lifecycle events: what an
+//! operator may see of a runtime without holding its capability.
+//!
+//! Every record gets a random handle (`h-` + 16 hex digits) when it is
+//! created. The handle is drawn independently of the runtime id and of the
+//! sandbox id, so nothing about either can be recovered from it; it only
+//! lets an operator follow one runtime across refreshes and events.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{lock, Manager, Runtime};
+use crate::events::{now_ms, Event, EventKind};
+use crate::ids::Lang;
+use crate::sandbox::SandboxError;
+
+/// Bookkeeping an operator may see: created, last used, executions.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    handle: String,
+    created_ms: u64,
+    last_used_ms: AtomicU64,
+    executions: AtomicU64,
+    exec_us: AtomicU64,
+}
+
+impl Meta {
+    pub(crate) fn new() -> Meta {
+        let now = now_ms();
+        Meta {
+            handle: format!("h-{:016x}", rand::random::<u64>()),
+            created_ms: now,
+            last_used_ms: AtomicU64::new(now),
+            executions: AtomicU64::new(0),
+            exec_us: AtomicU64::new(0),
+        }
+    }
+
+    /// One execution of `took` finished now.
+    pub(crate) fn used(&self, took: Duration) {
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        self.exec_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.last_used_ms.fetch_max(now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// Whether a runtime's VM is still there, by the daemon's `sandbox::list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Liveness {
+    Alive,
+    Gone,
+    /// The list call failed, or was not made (events).
+    Unknown,
+}
+
+/// One inventory entry. No runtime id, no sandbox id.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RuntimeEntry {
+    /// Random per record; the runtime id cannot be derived from it.
+    pub handle: String,
+    /// `kept` (a `run` with keep: true) or `namespace` (register_function).
+    pub kind: &'static str,
+    pub lang: Lang,
+    /// Namespace runtimes only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Function ids the runtime serves (namespace runtimes), sorted.
+    pub functions: Vec<String>,
+    pub created_at_ms: u64,
+    pub last_used_at_ms: u64,
+    pub idle_ttl_secs: u64,
+    /// When the daemon reaps the VM if nothing uses it before.
+    pub reap_at_ms: u64,
+    pub executions: u64,
+    pub exec_ms: f64,
+    pub vm: Liveness,
+}
+
+/// Warm VMs of one language.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PoolEntry {
+    pub ready: usize,
+    pub warming: usize,
+    pub target: usize,
+}
+
+/// What `list_runtimes` answers.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Inventory {
+    pub generated_at_ms: u64,
+    /// Sorted by namespace (kept runtimes last), then creation.
+    pub runtimes: Vec<RuntimeEntry>,
+    /// `ok`, or why VM liveness is `unknown` (the `sandbox::list` failure).
+    pub vm_check: String,
+    pub pool: std::collections::BTreeMap<String, PoolEntry>,
+    /// Per-operation totals since the process started (`stats`).
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub totals: Value,
+}
+
+impl Manager {
+    fn entry(&self, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
+        let m = &rt.meta;
+        let mut functions: Vec<String> = lock(&rt.functions).keys().cloned().collect();
+        functions.sort();
+        let last = m.last_used_ms.load(Ordering::Relaxed);
+        let ttl = self.config.idle_ttl_secs;
+        RuntimeEntry {
+            handle: m.handle.clone(),
+            kind: if rt.namespace.is_some() {
+                "namespace"
+            } else {
+                "kept"
+            },
+            lang: rt.lang,
+            namespace: rt.namespace.as_ref().map(|n| n.canonical()),
+            functions,
+            created_at_ms: m.created_ms,
+            last_used_at_ms: last,
+            idle_ttl_secs: ttl,
+            reap_at_ms: last.saturating_add(ttl.saturating_mul(1000)),
+            executions: m.executions.load(Ordering::Relaxed),
+            exec_ms: (m.exec_us.load(Ordering::Relaxed) as f64 / 10.0).round() / 100.0,
+            vm,
+        }
+    }
+
+    /// The inventory: one `sandbox::list` at most, nothing else on the daemon.
+    pub async fn inventory(&self) -> Inventory {
+        let listed = self.sandbox.list().await;
+        let (alive, vm_check): (Option<HashSet<String>>, String) = match listed {
+            Ok(l) => (
+                Some(l.into_iter().map(|s| s.sandbox_id).collect()),
+                "ok".into(),
+            ),
+            Err(SandboxError::NotInstalled) => (None, "iii-sandbox is not connected".into()),
+            Err(e) => (
+                None,
+                format!(
+                    "sandbox::list failed: {}",
+                    crate::error::redact_uuids(&e.to_string())
+                ),
+            ),
+        };
+        let rts: Vec<std::sync::Arc<Runtime>> =
+            lock(&self.state).runtimes.values().cloned().collect();
+        let mut runtimes: Vec<RuntimeEntry> = rts
+            .iter()
+            .map(|rt| {
+                let vm = match &alive {
+                    None => Liveness::Unknown,
+                    Some(set) if set.contains(&rt.sandbox_id) => Liveness::Alive,
+                    Some(_) => Liveness::Gone,
+                };
+                self.entry(rt, vm)
+            })
+            .collect();
+        runtimes.sort_by(|a, b| {
+            (
+                a.namespace.is_none(),
+                &a.namespace,
+                a.created_at_ms,
+                &a.handle,
+            )
+                .cmp(&(
+                    b.namespace.is_none(),
+                    &b.namespace,
+                    b.created_at_ms,
+                    &b.handle,
+                ))
+        });
+        let pool = [Lang::Node, Lang::Python]
+            .into_iter()
+            .map(|l| {
+                (
+                    l.as_str().to_string(),
+                    PoolEntry {
+                        ready: self.pool.ready(l),
+                        warming: self.pool.warming(l),
+                        target: self.config.warm_pool,
+                    },
+                )
+            })
+            .collect();
+        Inventory {
+            generated_at_ms: now_ms(),
+            runtimes,
+            vm_check,
+            pool,
+            totals: self.stats.to_json(),
+        }
+    }
+
+    /// Sends `kind` about `rt` to the lifecycle subscribers.
+    pub(super) fn lifecycle(&self, kind: EventKind, rt: &Runtime, function_id: Option<&str>) {
+        if self.events.subscriber_count() == 0 {
+            return;
+        }
+        let runtime = serde_json::to_value(self.entry(rt, Liveness::Unknown)).ok();
+        self.events.emit(Event {
+            event: kind,
+            at_ms: now_ms(),
+            runtime,
+            function_id: function_id.map(str::to_string),
+            swept: None,
+        });
+    }
+
+    /// A runtime left the worker: its functions' unregistrations, then `kind`.
+    pub(super) fn lifecycle_end(&self, kind: EventKind, rt: &Runtime, unregistered: &[String]) {
+        for f in unregistered {
+            self.lifecycle(EventKind::FunctionUnregistered, rt, Some(f));
+        }
+        self.lifecycle(kind, rt, None);
+    }
+
+    pub(super) fn lifecycle_swept(&self, swept: usize) {
+        self.events.emit(Event {
+            event: EventKind::OrphansSwept,
+            at_ms: now_ms(),
+            runtime: None,
+            function_id: None,
+            swept: Some(swept),
+        });
+    }
+
+    /// The lifecycle subscribers (for the trigger-type provider).
+    pub fn events(&self) -> &std::sync::Arc<crate::events::Hub> {
+        &self.events
+    }
+}
+
+/// Keeps an execution's duration on its runtime's record.
+pub(crate) struct Timed<'a>(&'a Meta, std::time::Instant);
+
+impl<'a> Timed<'a> {
+    pub(crate) fn start(meta: &'a Meta) -> Timed<'a> {
+        Timed(meta, std::time::Instant::now())
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.0.used(self.1.elapsed());
+    }
+}

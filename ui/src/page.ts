@@ -1,0 +1,402 @@
+/**
+ * The runtimes page: what `sandbox-code-runner::list_runtimes` answers, for
+ * operators. Live runtimes grouped by namespace (kept runtimes in their own
+ * group), the warm pool, per-operation totals, and a teardown button per
+ * namespace.
+ *
+ * - One `list_runtimes` call per refresh; refreshes happen on open, on the
+ *   Refresh button, after a teardown, and every `refreshMs` only while the
+ *   page is mounted and auto-refresh is on (no polling when it is closed).
+ * - Usable at 1,000 runtimes: groups are paged ({@link GROUPS_PER_PAGE}) and
+ *   each group shows {@link ROWS_PER_PAGE} rows at a time with its own pager,
+ *   so a refresh renders a few hundred rows at most.
+ * - Runtimes are named by their non-secret handle; the inventory carries no
+ *   runtime id, and the renderer's redactor would still mask one.
+ *
+ * Served as `sandbox-code-runner/page.js` (an ES module) to the
+ * `console:script` trigger: its default export is the console's
+ * `setup(host)`, which registers the page.
+ */
+
+import { UI_ATTR, UI_NAME } from "./frame";
+import { makeRedactor } from "./redact";
+import { clickable, h, renderToDom, renderToString, type Child, type Env, type VElement } from "./vnode";
+
+export const LIST_RUNTIMES = "sandbox-code-runner::list_runtimes";
+export const TEARDOWN = "sandbox-code-runner::teardown";
+export const PAGE_ID = "sandbox-code-runner-runtimes";
+export const GROUPS_PER_PAGE = 8;
+export const ROWS_PER_PAGE = 12;
+const KEPT = "";
+
+export interface RuntimeEntry {
+  handle: string;
+  kind: "kept" | "namespace";
+  lang: string;
+  namespace?: string;
+  functions: string[];
+  created_at_ms: number;
+  last_used_at_ms: number;
+  idle_ttl_secs: number;
+  reap_at_ms: number;
+  executions: number;
+  exec_ms: number;
+  vm: "alive" | "gone" | "unknown";
+}
+
+export interface Inventory {
+  generated_at_ms: number;
+  runtimes: RuntimeEntry[];
+  vm_check: string;
+  pool: Record<string, { ready: number; warming: number; target: number }>;
+  totals: Record<string, Record<string, number>>;
+}
+
+/** What the page needs of the console's bus client. */
+export interface PageClient {
+  trigger(functionId: string, payload?: Record<string, unknown>): Promise<unknown>;
+}
+
+export interface ViewState {
+  inventory: Inventory | null;
+  error: string | null;
+  loading: boolean;
+  groupPage: number;
+  rowPage: Record<string, number>;
+  /** Namespace whose teardown awaits a second click. */
+  confirming: string | null;
+  /** Last teardown's outcome. */
+  notice: string | null;
+  auto: boolean;
+}
+
+export function initialState(): ViewState {
+  return { inventory: null, error: null, loading: false, groupPage: 0, rowPage: {}, confirming: null, notice: null, auto: true };
+}
+
+/** The handlers a live page wires; absent in server-side rendering. */
+export interface Actions {
+  refresh(): void;
+  setGroupPage(p: number): void;
+  setRowPage(ns: string, p: number): void;
+  teardown(ns: string): void;
+  toggleAuto(): void;
+}
+
+const NOOP: Actions = { refresh() {}, setGroupPage() {}, setRowPage() {}, teardown() {}, toggleAuto() {} };
+
+function button(label: Child, onClick: () => void, attrs: Record<string, string | boolean> = {}): VElement {
+  return clickable("button", { type: "button", class: "scr-pg-btn", ...attrs }, () => onClick(), label);
+}
+
+/** `3m 20s`, `2h 5m`, `41s`. */
+export function span(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${s % 60}s`;
+  const hh = Math.floor(m / 60);
+  if (hh < 48) return `${hh}h ${m % 60}m`;
+  return `${Math.floor(hh / 24)}d ${hh % 24}h`;
+}
+
+function clock(ms: number): string {
+  const d = new Date(ms);
+  const p = (n: number) => String(n).padStart(2, "0");
+  return `${p(d.getUTCHours())}:${p(d.getUTCMinutes())}:${p(d.getUTCSeconds())} UTC`;
+}
+
+/** Runtimes grouped by namespace (kept runtimes under {@link KEPT}), namespaces sorted, kept last. */
+export function groups(inv: Inventory): [string, RuntimeEntry[]][] {
+  const by = new Map<string, RuntimeEntry[]>();
+  for (const r of inv.runtimes) {
+    const key = r.kind === "namespace" ? (r.namespace ?? "?") : KEPT;
+    const list = by.get(key);
+    if (list) list.push(r);
+    else by.set(key, [r]);
+  }
+  return [...by.entries()].sort(([a], [b]) => (a === KEPT ? 1 : b === KEPT ? -1 : a < b ? -1 : a > b ? 1 : 0));
+}
+
+function pager(page: number, pages: number, go: (p: number) => void, what: string): VElement | null {
+  if (pages <= 1) return null;
+  return h(
+    "nav",
+    { class: "scr-pg-pager", "aria-label": `${what} pages` },
+    button("‹ Prev", () => go(page - 1), { disabled: page <= 0, "aria-label": `previous ${what}` }),
+    h("span", { class: "scr-pg-pageno" }, `${page + 1} / ${pages}`),
+    button("Next ›", () => go(page + 1), { disabled: page >= pages - 1, "aria-label": `next ${what}` }),
+  );
+}
+
+function row(r: RuntimeEntry, now: number): VElement {
+  const idle = now - r.last_used_at_ms;
+  const reapIn = r.reap_at_ms - now;
+  return h(
+    "tr",
+    { "data-handle": r.handle },
+    h("td", { class: "scr-pg-mono" }, r.handle),
+    h("td", null, h("span", { class: `scr-pg-lang is-${r.lang}` }, r.lang)),
+    h("td", { class: "scr-pg-fns" }, r.functions.length ? r.functions.join(", ") : "—"),
+    h("td", { title: clock(r.created_at_ms) }, `${span(now - r.created_at_ms)} ago`),
+    h("td", { title: clock(r.last_used_at_ms) }, `idle ${span(idle)}`),
+    h("td", { title: `idle TTL ${r.idle_ttl_secs}s; reaped at ${clock(r.reap_at_ms)} if unused` }, reapIn > 0 ? `in ${span(reapIn)}` : "due"),
+    h("td", { class: "scr-pg-num" }, String(r.executions)),
+    h("td", { class: "scr-pg-num" }, `${r.exec_ms.toFixed(1)} ms`),
+    h("td", null, h("span", { class: `scr-pg-vm is-${r.vm}` }, r.vm)),
+  );
+}
+
+function group(ns: string, rs: RuntimeEntry[], state: ViewState, actions: Actions, now: number): VElement {
+  const pages = Math.max(1, Math.ceil(rs.length / ROWS_PER_PAGE));
+  const page = Math.min(state.rowPage[ns] ?? 0, pages - 1);
+  const shown = rs.slice(page * ROWS_PER_PAGE, (page + 1) * ROWS_PER_PAGE);
+  const fns = rs.reduce((n, r) => n + r.functions.length, 0);
+  const gone = rs.filter((r) => r.vm === "gone").length;
+  const confirming = state.confirming === ns;
+  const title = ns === KEPT ? "kept runtimes" : ns;
+  return h(
+    "section",
+    { class: "scr-pg-group", "data-namespace": ns === KEPT ? null : ns },
+    h(
+      "header",
+      { class: "scr-pg-group-head" },
+      h("h3", null, title),
+      h("span", { class: "scr-pg-meta" }, `${rs.length} runtime${rs.length === 1 ? "" : "s"}`, ns === KEPT ? null : ` · ${fns} function${fns === 1 ? "" : "s"}`, gone ? ` · ${gone} gone` : null),
+      ns === KEPT
+        ? h("span", { class: "scr-pg-hint" }, "tear down with the runtime_id its creator holds")
+        : button(confirming ? `Confirm: tear down ${ns}` : "Tear down", () => actions.teardown(ns), {
+            class: confirming ? "scr-pg-btn is-danger is-confirming" : "scr-pg-btn is-danger",
+            "data-teardown": ns,
+          }),
+    ),
+    h(
+      "table",
+      { class: "scr-pg-table" },
+      h(
+        "thead",
+        null,
+        h("tr", null, ...["handle", "lang", "functions", "created", "last used", "reaped if idle", "execs", "exec time", "VM"].map((c) => h("th", { scope: "col" }, c))),
+      ),
+      h("tbody", null, ...shown.map((r) => row(r, now))),
+    ),
+    pager(page, pages, (p) => actions.setRowPage(ns, p), `${title} rows`),
+  );
+}
+
+function pool(inv: Inventory): VElement {
+  return h(
+    "div",
+    { class: "scr-pg-panel" },
+    h("h3", null, "Warm pool"),
+    h(
+      "table",
+      { class: "scr-pg-table is-compact" },
+      h("thead", null, h("tr", null, h("th", null, "lang"), h("th", null, "ready"), h("th", null, "warming"), h("th", null, "target"))),
+      h(
+        "tbody",
+        null,
+        ...Object.entries(inv.pool).map(([lang, p]) =>
+          h("tr", null, h("td", null, lang), h("td", { class: "scr-pg-num" }, String(p.ready)), h("td", { class: "scr-pg-num" }, String(p.warming)), h("td", { class: "scr-pg-num" }, String(p.target))),
+        ),
+      ),
+    ),
+  );
+}
+
+function totals(inv: Inventory): VElement {
+  const ops = Object.entries(inv.totals ?? {});
+  return h(
+    "div",
+    { class: "scr-pg-panel" },
+    h("h3", null, "Totals since start"),
+    h(
+      "table",
+      { class: "scr-pg-table is-compact" },
+      h("thead", null, h("tr", null, h("th", null, "operation"), h("th", null, "ops"), h("th", null, "sandbox calls"), h("th", null, "bytes planted"), h("th", null, "worker µs/op"))),
+      h(
+        "tbody",
+        null,
+        ...ops.map(([op, t]) =>
+          h(
+            "tr",
+            null,
+            h("td", null, op),
+            h("td", { class: "scr-pg-num" }, String(t.ops ?? 0)),
+            h("td", { class: "scr-pg-num" }, String(t.sandbox_calls ?? 0)),
+            h("td", { class: "scr-pg-num" }, String(t.bytes_planted ?? 0)),
+            h("td", { class: "scr-pg-num" }, String(t.worker_added_us_mean ?? 0)),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+/** The whole page as a tree. */
+export function pageTree(state: ViewState, actions: Actions = NOOP, now: number = Date.now()): VElement {
+  const inv = state.inventory;
+  const all = inv ? groups(inv) : [];
+  const pages = Math.max(1, Math.ceil(all.length / GROUPS_PER_PAGE));
+  const gp = Math.min(state.groupPage, pages - 1);
+  const shown = all.slice(gp * GROUPS_PER_PAGE, (gp + 1) * GROUPS_PER_PAGE);
+  const count = inv?.runtimes.length ?? 0;
+  const namespaces = all.filter(([ns]) => ns !== KEPT).length;
+  return h(
+    "div",
+    { [UI_ATTR]: UI_NAME, class: "scr-pg", "data-loading": state.loading ? "true" : "false" },
+    h(
+      "header",
+      { class: "scr-pg-head" },
+      h("h2", null, "Sandbox runtimes"),
+      h(
+        "span",
+        { class: "scr-pg-meta", "data-role": "summary" },
+        inv ? `${count} live runtime${count === 1 ? "" : "s"} · ${namespaces} namespace${namespaces === 1 ? "" : "s"} · as of ${clock(inv.generated_at_ms)}` : state.loading ? "loading…" : "no data yet",
+      ),
+      h(
+        "span",
+        { class: "scr-pg-tools" },
+        button(state.auto ? "Auto-refresh: on" : "Auto-refresh: off", () => actions.toggleAuto(), { "aria-pressed": state.auto ? "true" : "false" }),
+        button(state.loading ? "Refreshing…" : "Refresh", () => actions.refresh(), { disabled: state.loading }),
+      ),
+    ),
+    state.error ? h("div", { class: "scr-pg-alert", role: "alert" }, state.error) : null,
+    state.notice ? h("div", { class: "scr-pg-notice", role: "status" }, state.notice) : null,
+    inv && inv.vm_check !== "ok" ? h("div", { class: "scr-pg-alert", role: "status" }, `VM liveness unknown: ${inv.vm_check}`) : null,
+    inv ? h("div", { class: "scr-pg-panels" }, pool(inv), totals(inv)) : null,
+    inv && count === 0 ? h("p", { class: "scr-pg-empty" }, "No live runtimes. Kept runs and registered functions show up here.") : null,
+    pager(gp, pages, (p) => actions.setGroupPage(p), "namespace"),
+    ...shown.map(([ns, rs]) => group(ns, rs, state, actions, now)),
+    pager(gp, pages, (p) => actions.setGroupPage(p), "namespace"),
+  );
+}
+
+/** Server-side rendering of an inventory (tests, snapshots). */
+export function renderPageToString(inventory: unknown, now?: number): string {
+  const state = { ...initialState(), inventory: inventory as Inventory };
+  return renderToString(pageTree(state, NOOP, now ?? (inventory as Inventory)?.generated_at_ms ?? Date.now()), makeRedactor());
+}
+
+export interface MountPageOptions {
+  /** Auto-refresh period while mounted; 0 disables the timer. */
+  refreshMs?: number;
+  doc?: Document;
+}
+
+function message(e: unknown): string {
+  if (e && typeof e === "object") {
+    const o = e as Record<string, unknown>;
+    const code = typeof o.code === "string" ? o.code : "";
+    const msg = typeof o.message === "string" ? o.message : "";
+    if (code || msg) return [code, msg].filter(Boolean).join(": ");
+  }
+  return String(e);
+}
+
+/** Mounts the live page into `host`; returns the unmount. */
+export function mountPage(host: Element, client: PageClient, options: MountPageOptions = {}): () => void {
+  const doc = options.doc ?? host.ownerDocument;
+  const win = doc.defaultView;
+  const refreshMs = options.refreshMs ?? 5000;
+  let state = initialState();
+  let alive = true;
+  let inflight: Promise<void> | null = null;
+  const env: Env = {
+    copy: async (t) => {
+      await win?.navigator.clipboard?.writeText(t);
+    },
+    reducedMotion: !!win?.matchMedia?.("(prefers-reduced-motion: reduce)").matches,
+  };
+  const set = (patch: Partial<ViewState>) => {
+    state = { ...state, ...patch };
+    draw();
+  };
+  const refresh = (): Promise<void> => {
+    if (inflight) return inflight;
+    set({ loading: true });
+    inflight = client
+      .trigger(LIST_RUNTIMES, {})
+      .then(
+        (inv) => {
+          if (alive) set({ inventory: inv as Inventory, error: null, loading: false });
+        },
+        (e) => {
+          if (alive) set({ error: `list_runtimes failed: ${message(e)}`, loading: false });
+        },
+      )
+      .finally(() => {
+        inflight = null;
+      });
+    return inflight;
+  };
+  const actions: Actions = {
+    refresh: () => void refresh(),
+    setGroupPage: (p) => set({ groupPage: Math.max(0, p) }),
+    setRowPage: (ns, p) => set({ rowPage: { ...state.rowPage, [ns]: Math.max(0, p) } }),
+    toggleAuto: () => set({ auto: !state.auto }),
+    teardown: (ns) => {
+      if (state.confirming !== ns) {
+        set({ confirming: ns, notice: null });
+        return;
+      }
+      set({ confirming: null, notice: `Tearing down ${ns}…` });
+      client.trigger(TEARDOWN, { namespace: ns }).then(
+        (out) => {
+          const fns = ((out as { unregistered?: string[] })?.unregistered ?? []).length;
+          if (alive) set({ notice: `Tore down ${ns}: ${fns} function${fns === 1 ? "" : "s"} unregistered.` });
+          void refresh();
+        },
+        (e) => {
+          if (alive) set({ notice: null, error: `teardown of ${ns} failed: ${message(e)}` });
+        },
+      );
+    },
+  };
+  function draw(): void {
+    if (!alive) return;
+    const node = renderToDom(pageTree(state, actions), doc, env, makeRedactor());
+    host.replaceChildren(node);
+  }
+  draw();
+  void refresh();
+  const timer =
+    refreshMs > 0 && win
+      ? win.setInterval(() => {
+          if (state.auto && doc.visibilityState !== "hidden") void refresh();
+        }, refreshMs)
+      : null;
+  return () => {
+    alive = false;
+    if (timer !== null) win?.clearInterval(timer);
+    host.replaceChildren();
+  };
+}
+
+/** The slice of the console's `setup(host)` argument this page uses. */
+interface ConsoleHost {
+  iii: PageClient;
+  pages?: { register(page: { id: string; title: string; render: unknown }): () => void };
+}
+
+interface ReactLike {
+  createElement(type: string, props: Record<string, unknown>): unknown;
+  useEffect(f: () => void | (() => void), deps: unknown[]): void;
+  useRef<T>(v: T): { current: T };
+}
+
+/**
+ * The console's entry point: registers the page. Its component is a plain
+ * element the page mounts itself into, through the console's own React
+ * (`window.__III_CONSOLE__.React`), so nothing of React is bundled here.
+ */
+export default function setup(host: ConsoleHost): void | (() => void) {
+  const React = (globalThis as { __III_CONSOLE__?: { React?: ReactLike } }).__III_CONSOLE__?.React;
+  if (!host?.pages || !React) return;
+  const render = () => {
+    const ref = React.useRef<Element | null>(null);
+    React.useEffect(() => (ref.current ? mountPage(ref.current, host.iii) : undefined), []);
+    return React.createElement("div", { ref, [UI_ATTR]: UI_NAME });
+  };
+  return host.pages.register({ id: PAGE_ID, title: "Sandbox runtimes", render });
+}
