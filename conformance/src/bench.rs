@@ -7,22 +7,28 @@ use crate::config_double::ConfigDouble;
 use crate::engine::{EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine};
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
 
-/// The guest listener's auth function: sandbox-code-runner's, as its
-/// `guest-listener-config` prints it.
-pub const GUEST_AUTH_FUNCTION: &str = "sandbox-code-runner::guest-auth";
-/// The guest listener's registration hook.
-pub const GUEST_REGISTER_HOOK: &str = "sandbox-code-runner::guest-register";
-
 /// The host-only address of the stand-in's main listener: the double's
 /// sandbox gateway, like the real one, reaches only the host's 127.0.0.1.
 pub const MAIN_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
 
-/// The RBAC block of the bench's guest listener, as the operator config
-/// `sandbox-code-runner guest-listener-config` prints.
-pub fn guest_rbac() -> RbacConfig {
+/// The guest listener's auth function of a worker with function prefix
+/// `prefix`, by the convention `sandbox-code-runner guest-listener-config`
+/// prints: `<prefix>::guest-auth`.
+pub fn guest_auth_function(prefix: &str) -> String {
+    format!("{prefix}::guest-auth")
+}
+
+/// The guest listener's registration hook: `<prefix>::guest-register`.
+pub fn guest_register_hook(prefix: &str) -> String {
+    format!("{prefix}::guest-register")
+}
+
+/// The RBAC block of a guest listener gated by the worker with function
+/// prefix `prefix`, as its `guest-listener-config` prints it.
+pub fn guest_rbac(prefix: &str) -> RbacConfig {
     RbacConfig {
-        auth_function_id: Some(GUEST_AUTH_FUNCTION.into()),
-        on_function_registration_function_id: Some(GUEST_REGISTER_HOOK.into()),
+        auth_function_id: Some(guest_auth_function(prefix)),
+        on_function_registration_function_id: Some(guest_register_hook(prefix)),
         expose_functions: vec![FunctionFilter::Match("*".into())],
     }
 }
@@ -65,23 +71,53 @@ pub struct Bench {
     configuration: Option<ConfigDouble>,
 }
 
-/// Where the stand-in's two listeners go.
+/// Where the stand-in's listeners go.
 #[derive(Debug, Clone)]
 pub struct ListenerLayout {
     /// The main listener's host (its port is `BenchOptions::port`).
     pub main_host: std::net::Ipv4Addr,
-    /// The guest listener's port on 127.0.0.1 (0 = any).
-    pub guest_port: u16,
+    /// The RBAC guest listener on 127.0.0.1, if any.
+    pub guest: Option<GuestGate>,
+}
+
+/// A guest listener on 127.0.0.1, gated by a worker's auth function.
+#[derive(Debug, Clone)]
+pub struct GuestGate {
+    /// Its port (0 = any).
+    pub port: u16,
+    /// The function prefix of the worker whose `guest-auth` gates it.
+    pub prefix: String,
+}
+
+impl ListenerLayout {
+    /// Main on the host-only 127.0.0.2, guests on a 127.0.0.1 listener
+    /// gated by `prefix`'s auth function: the layout
+    /// `sandbox-code-runner guest-listener-config` recommends.
+    pub fn guarded(prefix: &str, guest_port: u16) -> ListenerLayout {
+        ListenerLayout {
+            main_host: MAIN_HOST,
+            guest: Some(GuestGate {
+                port: guest_port,
+                prefix: prefix.to_string(),
+            }),
+        }
+    }
+
+    /// One main listener on 127.0.0.1, which guests reach through the
+    /// sandbox gateway: the engine's default, for workers that do not gate
+    /// their guests (their profile declares no `guest_listener`).
+    pub fn open() -> ListenerLayout {
+        ListenerLayout {
+            main_host: std::net::Ipv4Addr::LOCALHOST,
+            guest: None,
+        }
+    }
 }
 
 impl Default for ListenerLayout {
-    /// Main on the host-only 127.0.0.2, guests on any 127.0.0.1 port: the
-    /// layout `sandbox-code-runner guest-listener-config` recommends.
+    /// [`ListenerLayout::guarded`] by this repository's worker.
     fn default() -> Self {
-        ListenerLayout {
-            main_host: MAIN_HOST,
-            guest_port: 0,
-        }
+        ListenerLayout::guarded("sandbox-code-runner", 0)
     }
 }
 
@@ -104,10 +140,10 @@ impl Bench {
                 let engine = StandInEngine::start_with(EngineOptions {
                     host: layout.main_host,
                     port: options.port,
-                    guest: Some(GuestListener {
+                    guest: layout.guest.as_ref().map(|g| GuestListener {
                         host: std::net::Ipv4Addr::LOCALHOST,
-                        port: layout.guest_port,
-                        rbac: guest_rbac(),
+                        port: g.port,
+                        rbac: guest_rbac(&g.prefix),
                     }),
                 })
                 .await

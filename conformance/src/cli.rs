@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// `sandbox-code-runner::guest-auth`); 0 picks a free one.
     #[arg(long, default_value_t = 49135)]
     pub guest_port: u16,
+    /// Function prefix of the worker whose `<prefix>::guest-auth` and
+    /// `<prefix>::guest-register` gate the guest listener.
+    #[arg(long, default_value = "sandbox-code-runner")]
+    pub guest_prefix: String,
     /// Connect the daemon double to this (real) engine instead of starting
     /// the stand-in.
     #[arg(long)]
@@ -126,7 +130,10 @@ async fn serve(args: ServeArgs) -> ExitCode {
     };
     let layout = crate::bench::ListenerLayout {
         main_host: args.main_host,
-        guest_port: args.guest_port,
+        guest: Some(crate::bench::GuestGate {
+            port: args.guest_port,
+            prefix: args.guest_prefix,
+        }),
     };
     let bench = match Bench::start_with_layout(options, layout).await {
         Ok(b) => b,

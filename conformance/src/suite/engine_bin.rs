@@ -7,6 +7,7 @@
 //! `IIIWORKER_DISABLE_BUILTIN_DAEMONS` keeps it from spawning external
 //! daemons, and `--no-update-check` from reaching the network.
 
+use crate::bench::GuestGate;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -21,12 +22,29 @@ const START_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a SIGTERMed engine may take to exit before it is killed.
 const STOP_DEADLINE: Duration = Duration::from_secs(10);
 
-/// The engine config: one worker listener on `127.0.0.1:port`.
-pub fn config_yaml(port: u16) -> String {
-    format!(
-        "# Written by code-runner-conformance for one environment.\n\
-         workers:\n  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
-    )
+/// The engine config: one worker listener on `127.0.0.1:port`; with a guest
+/// gate, the main listener on the host-only `127.0.0.2:port` and an RBAC
+/// guest listener on `127.0.0.1:guest_port`.
+pub fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
+    let mut yaml = String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
+    match guest {
+        None => yaml.push_str(&format!(
+            "  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
+        )),
+        Some((gate, guest_port)) => {
+            let rbac = crate::bench::guest_rbac(&gate.prefix);
+            yaml.push_str(&format!(
+                "  - name: iii-worker-manager\n    config:\n      host: {main}\n      port: {port}\n\
+                 \x20 - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {guest_port}\n\
+                 \x20     rbac:\n        auth_function_id: {auth}\n        on_function_registration_function_id: {hook}\n\
+                 \x20       expose_functions:\n          - match(\"*\")\n",
+                main = crate::bench::MAIN_HOST,
+                auth = rbac.auth_function_id.unwrap_or_default(),
+                hook = rbac.on_function_registration_function_id.unwrap_or_default(),
+            ));
+        }
+    }
+    yaml
 }
 
 /// A free loopback port (bound, read, released).
@@ -41,6 +59,8 @@ pub fn free_port() -> Result<u16, EnvError> {
 /// A running engine binary.
 pub struct EngineProcess {
     url: String,
+    guest_url: Option<String>,
+    host: std::net::Ipv4Addr,
     port: u16,
     dir: PathBuf,
     child: Option<tokio::process::Child>,
@@ -50,7 +70,26 @@ impl EngineProcess {
     /// Starts `bin` on `port` (0: a free one) and waits until it answers
     /// `engine::functions::list` to a connected worker.
     pub async fn start(bin: &Path, port: u16) -> Result<EngineProcess, EnvError> {
+        EngineProcess::start_with(bin, port, None).await
+    }
+
+    /// [`EngineProcess::start`], with the gated layout when `guest` is
+    /// given: main listener on the host-only 127.0.0.2, an RBAC guest
+    /// listener on a free 127.0.0.1 port.
+    pub async fn start_with(
+        bin: &Path,
+        port: u16,
+        guest: Option<&GuestGate>,
+    ) -> Result<EngineProcess, EnvError> {
         let port = if port == 0 { free_port()? } else { port };
+        let guest_port = match guest {
+            Some(_) => Some(free_port()?),
+            None => None,
+        };
+        let main_host = match guest {
+            Some(_) => crate::bench::MAIN_HOST,
+            None => std::net::Ipv4Addr::LOCALHOST,
+        };
         let dir = std::env::temp_dir().join(format!(
             "code-runner-conformance-engine-{}-{:08x}",
             std::process::id(),
@@ -59,7 +98,7 @@ impl EngineProcess {
         std::fs::create_dir_all(&dir)
             .map_err(|e| EnvError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         let config = dir.join("config.yaml");
-        std::fs::write(&config, config_yaml(port))
+        std::fs::write(&config, config_yaml(port, guest.zip(guest_port)))
             .map_err(|e| EnvError::Failed(format!("cannot write {}: {e}", config.display())))?;
         let log = std::fs::File::create(dir.join("engine.log"))
             .map_err(|e| EnvError::Failed(format!("cannot open the engine log: {e}")))?;
@@ -81,7 +120,9 @@ impl EngineProcess {
                 EnvError::Failed(format!("cannot start the engine `{}`: {e}", bin.display()))
             })?;
         let mut engine = EngineProcess {
-            url: format!("ws://127.0.0.1:{port}"),
+            url: format!("ws://{main_host}:{port}"),
+            guest_url: guest_port.map(|p| format!("ws://127.0.0.1:{p}")),
+            host: main_host,
             port,
             dir,
             child: Some(child),
@@ -92,6 +133,11 @@ impl EngineProcess {
 
     pub fn url(&self) -> String {
         self.url.clone()
+    }
+
+    /// The RBAC guest listener, when started with one.
+    pub fn guest_url(&self) -> Option<String> {
+        self.guest_url.clone()
     }
 
     fn log_tail(&self) -> String {
@@ -133,7 +179,7 @@ impl EngineProcess {
             }
             // A plain TCP connect first: it fails at once while the engine
             // is not listening, where an SDK client would keep retrying.
-            let listening = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            let listening = tokio::net::TcpStream::connect((self.host, self.port))
                 .await
                 .is_ok();
             if listening && self.answers().await {
@@ -184,10 +230,31 @@ mod tests {
 
     #[test]
     fn the_config_opens_one_loopback_listener_on_the_port() {
-        let v: serde_json::Value = serde_yaml::from_str(&config_yaml(40123)).unwrap();
+        let v: serde_json::Value = serde_yaml::from_str(&config_yaml(40123, None)).unwrap();
         assert_eq!(
             v,
             json!({"workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
+        );
+    }
+
+    #[test]
+    fn a_guest_gate_moves_main_host_only_and_adds_an_rbac_listener() {
+        let gate = GuestGate {
+            port: 0,
+            prefix: "w".into(),
+        };
+        let v: serde_json::Value =
+            serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();
+        assert_eq!(
+            v,
+            json!({"workers": [
+                {"name": "iii-worker-manager", "config": {"host": "127.0.0.2", "port": 40123}},
+                {"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40124, "rbac": {
+                    "auth_function_id": "w::guest-auth",
+                    "on_function_registration_function_id": "w::guest-register",
+                    "expose_functions": ["match(\"*\")"]
+                }}}
+            ]})
         );
     }
 

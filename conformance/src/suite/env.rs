@@ -24,7 +24,7 @@ use iii_sdk::IIIClient;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
-use crate::bench::{Bench, BenchOptions};
+use crate::bench::{Bench, BenchOptions, GuestGate, ListenerLayout};
 use crate::config_double::ConfigDouble;
 use crate::engine::StandInEngine;
 use crate::sandbox_double::{SandboxDouble, SandboxLimits};
@@ -537,14 +537,23 @@ impl Env {
     }
 
     /// The bench in-process and the worker spawned.
-    pub async fn hermetic(cmd: &WorkerCommand, functions: Vec<String>) -> Result<Env, EnvError> {
+    /// `layout` says whether guests get a gated listener (a target whose
+    /// profile declares `guest_listener`) or the main listener itself.
+    pub async fn hermetic(
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+        layout: ListenerLayout,
+    ) -> Result<Env, EnvError> {
         let limits = suite_limits();
-        let bench = Bench::start(BenchOptions {
-            port: 0,
-            engine: None,
-            limits: limits.clone(),
-            configuration_dir: None,
-        })
+        let bench = Bench::start_with_layout(
+            BenchOptions {
+                port: 0,
+                engine: None,
+                limits: limits.clone(),
+                configuration_dir: None,
+            },
+            layout,
+        )
         .await
         .map_err(|e| EnvError::Failed(format!("the bench cannot start: {e}")))?;
         let url = bench.url();
@@ -614,12 +623,15 @@ impl Env {
 
     /// The real engine binary `bin` on a free loopback port, the daemon
     /// double attached, the worker spawned.
+    /// With `guest`, the engine gets the gated layout: main listener on the
+    /// host-only 127.0.0.2, an RBAC guest listener on 127.0.0.1.
     pub async fn engine_bin(
         bin: &Path,
         cmd: &WorkerCommand,
         functions: Vec<String>,
+        guest: Option<&GuestGate>,
     ) -> Result<Env, EnvError> {
-        let engine = EngineProcess::start(bin, 0).await?;
+        let engine = EngineProcess::start_with(bin, 0, guest).await?;
         let url = engine.url();
         let client = connect(&url).await?;
         let limits = suite_limits();
@@ -631,7 +643,8 @@ impl Env {
         })
         .await
         .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
-        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        let mut worker =
+            WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, engine.guest_url())?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(&url, client, functions, "engine-bin");
         env.bench = Some(bench);

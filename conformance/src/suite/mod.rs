@@ -371,18 +371,34 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         Mode::EngineBin { bin, .. } => Some(bin.clone()),
         _ => None,
     };
+    // A worker that gates its guests gets the layout its operator would
+    // run: main listener host-only, guests on an RBAC listener. Any other
+    // worker gets the engine's default, one listener its guests can reach.
+    let layout = if loaded.target.check("guest_listener").is_ok() {
+        crate::bench::ListenerLayout::guarded(&prefix, 0)
+    } else {
+        crate::bench::ListenerLayout::open()
+    };
     let (env, worker_cmd, private_ok) = match &opts.mode {
         Mode::EngineBin { bin, worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
                 SuiteError::Environment("no worker command".into())
             })?;
-            (Env::engine_bin(bin, &cmd, functions.clone()).await?, Some(cmd), Ok(()))
+            (
+                Env::engine_bin(bin, &cmd, functions.clone(), layout.guest.as_ref()).await?,
+                Some(cmd),
+                Ok(()),
+            )
         }
         Mode::Hermetic { worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
                 SuiteError::Environment("no worker command".into())
             })?;
-            (Env::hermetic(&cmd, functions.clone()).await?, Some(cmd), Ok(()))
+            (
+                Env::hermetic(&cmd, functions.clone(), layout.clone()).await?,
+                Some(cmd),
+                Ok(()),
+            )
         }
         Mode::Live { url } => (
             Env::live(url, functions.clone()).await?,
