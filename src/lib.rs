@@ -11,6 +11,7 @@ pub mod functions;
 pub mod guest;
 pub mod ids;
 pub mod pool;
+pub mod python_sdk;
 pub mod runtime;
 pub mod sandbox;
 pub mod settings;
