@@ -56,6 +56,7 @@ def pack(archive):
     if not os.path.exists(os.path.join(DEST, MARKER)):
         sys.stderr.write("no installed SDK in %s\n" % DEST)
         return 3
+    os.makedirs(os.path.dirname(archive), exist_ok=True)
     part = archive + ".part"
     with tarfile.open(part, "w:gz", compresslevel=6) as tf:
         tf.add(DEST, arcname=".")
