@@ -337,9 +337,6 @@ fn main() {
     }
 
     // ---- issue 11: SDK in a fresh VM, scaling curve, fan-in, memory ----
-    if group_enabled("overhead_profile") {
-        scaling::overhead_profile(&rt, &url, &client);
-    }
     if group_enabled("python_iii_cold") {
         scaling::python_iii_cold(&mut c, &rt, &url, &client, &mut ids);
     }
@@ -351,6 +348,9 @@ fn main() {
     }
     if group_enabled("kept_memory") {
         scaling::kept_memory(&rt, &url, &client);
+    }
+    if group_enabled("overhead_profile") {
+        scaling::overhead_profile(&rt, &url, &client);
     }
     for mode in ["oneshot", "keep"] {
         let m = |v: &str| {
