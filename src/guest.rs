@@ -34,6 +34,8 @@ pub const PYTHON_INVOKE: &str = concat!(
 );
 /// The one-time Python SDK install (staged, then renamed into place).
 pub const PYTHON_INSTALL_SDK: &str = include_str!("../guest/python/install_sdk.py");
+/// Packs, reads out and unpacks the installed Python SDK (see `python_sdk`).
+pub const PYTHON_SDK_ARCHIVE: &str = include_str!("../guest/python/sdk_archive.py");
 /// npm `iii-sdk`, bundled into one ES module by build.rs.
 pub const NODE_SDK_BUNDLE: &str = include_str!(concat!(env!("OUT_DIR"), "/iii-sdk.mjs"));
 

@@ -14,6 +14,7 @@ pub mod guest_access;
 pub mod guest_listener;
 pub mod ids;
 pub mod pool;
+pub mod python_sdk;
 pub mod runtime;
 pub mod sandbox;
 pub mod settings;

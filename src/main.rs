@@ -63,6 +63,14 @@ fn main() -> ExitCode {
     // spans keep their timing and lose their payloads. Set before any thread
     // exists; the SDK reads it per invocation.
     std::env::set_var("III_DISABLE_TRACE_PAYLOADS", "1");
+    // The SDK also sends one live "span started" frame per span, two per
+    // call here (the invocation and its sandbox::exec), on the connection
+    // thread that serves every call: measured as part of the per-call
+    // overhead (benches: overhead_profile). Finished spans still go out in
+    // batches. An operator's OTEL_LIVE_SPANS wins.
+    if std::env::var_os("OTEL_LIVE_SPANS").is_none() {
+        std::env::set_var("OTEL_LIVE_SPANS", "false");
+    }
     let args = Args::parse();
     if let Some(Command::GuestListenerConfig {
         port,

@@ -54,6 +54,8 @@ enum SdkState {
 /// What only the holder of a runtime's exec slot may touch.
 struct Slot {
     sdk: SdkState,
+    /// No tenant code has run in the VM yet: what it installs may be archived.
+    pristine: bool,
 }
 
 /// One VM that outlives a call: a kept run's, or a namespace's.
@@ -81,12 +83,15 @@ impl Runtime {
         sdk: SdkState,
         token: Option<TokenLease>,
     ) -> Arc<Runtime> {
+        // A namespace VM runs tenant code only once a handler is checked;
+        // a kept VM already ran its first run.
+        let pristine = namespace.is_some();
         Arc::new(Runtime {
             id,
             sandbox_id,
             lang,
             namespace,
-            slot: tokio::sync::Mutex::new(Slot { sdk }),
+            slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
             meta: inventory::Meta::new(),
@@ -165,6 +170,7 @@ pub struct Manager {
     tokens: Arc<GuestTokens>,
     /// Lifecycle subscribers (`sandbox-code-runner::event`).
     events: Arc<Hub>,
+    python_sdk: crate::python_sdk::PySdkCache,
     me: Weak<Manager>,
 }
 
@@ -191,6 +197,8 @@ impl Stats {
                 "worker_added_us_mean": (t.added_us_mean() * 10.0).round() / 10.0,
                 "total_ns": t.total_nanos.load(Ordering::Relaxed),
                 "sandbox_ns": t.sandbox_nanos.load(Ordering::Relaxed),
+                "sdk_pip_installs": t.sdk_pip_installs.load(Ordering::Relaxed),
+                "sdk_install_ns": t.sdk_install_nanos.load(Ordering::Relaxed),
             })
         };
         serde_json::json!({
@@ -253,6 +261,7 @@ impl Manager {
             pool,
             events,
             stats: Stats::default(),
+            python_sdk: Default::default(),
             sandbox,
             bus,
             config,
@@ -303,6 +312,11 @@ impl Manager {
     /// What each kind of operation cost.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The python SDK archive cache.
+    pub fn python_sdk(&self) -> &crate::python_sdk::PySdkCache {
+        &self.python_sdk
     }
 
     /// Ready warm VMs of `lang`.
@@ -474,11 +488,15 @@ impl Manager {
         }
     }
 
-    async fn exec(&self, sandbox_id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+    pub(crate) async fn exec(
+        &self,
+        sandbox_id: &str,
+        p: ExecParams,
+    ) -> Result<ExecOutput, SandboxError> {
         self.on_daemon(0, self.sandbox.exec(sandbox_id, p)).await
     }
 
-    async fn write_file(
+    pub(crate) async fn write_file(
         &self,
         sandbox_id: &str,
         path: &str,
@@ -493,7 +511,13 @@ impl Manager {
 
     /// Makes the guest SDK available, once per VM, for code that names `iii`.
     /// A failure is not the caller's: the run goes on and `iii` explains.
-    async fn prepare_sdk(&self, sandbox_id: &str, lang: Lang) -> Result<(), SandboxError> {
+    /// `pristine`: no tenant code ran in the VM yet.
+    async fn prepare_sdk(
+        &self,
+        sandbox_id: &str,
+        lang: Lang,
+        pristine: bool,
+    ) -> Result<(), SandboxError> {
         match lang {
             Lang::Node => {
                 let r = self
@@ -507,26 +531,7 @@ impl Manager {
                     Ok(()) => {}
                 }
             }
-            Lang::Python => {
-                let out = self
-                    .exec(
-                        sandbox_id,
-                        guest::python_sdk_install(self.config.sdk_install_timeout_ms),
-                    )
-                    .await;
-                match out {
-                    Err(e) if vm_gone(&e) => return Err(e),
-                    Err(e) => {
-                        tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed")
-                    }
-                    Ok(o) if o.exit_code != Some(0) => tracing::warn!(
-                        exit_code = ?o.exit_code,
-                        stderr = %tail(&o.stderr, 400),
-                        "installing the python SDK failed; `iii` will raise on first use"
-                    ),
-                    Ok(_) => {}
-                }
-            }
+            Lang::Python => self.prepare_python_sdk(sandbox_id, pristine).await?,
         }
         Ok(())
     }
@@ -565,7 +570,7 @@ impl Manager {
                 .map_err(|e| infra_error(e, timeout_ms))?;
             let outcome = async {
                 if uses_iii {
-                    self.prepare_sdk(&sandbox_id, lang).await?;
+                    self.prepare_sdk(&sandbox_id, lang, true).await?;
                 }
                 self.exec(
                     &sandbox_id,
@@ -644,9 +649,11 @@ impl Manager {
         let timed = inventory::Timed::start(&rt.meta);
         let outcome = async {
             if slot.sdk == SdkState::Absent && guest::names_iii(code) {
-                self.prepare_sdk(&rt.sandbox_id, rt.lang).await?;
+                self.prepare_sdk(&rt.sandbox_id, rt.lang, slot.pristine)
+                    .await?;
                 slot.sdk = SdkState::Prepared;
             }
+            slot.pristine = false;
             self.exec(
                 &rt.sandbox_id,
                 Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
@@ -860,7 +867,7 @@ impl Manager {
             .await
             .map_err(gone_or)?;
         if slot.sdk == SdkState::Absent && guest::names_iii(source) {
-            self.prepare_sdk(&rt.sandbox_id, rt.lang)
+            self.prepare_sdk(&rt.sandbox_id, rt.lang, slot.pristine)
                 .await
                 .map_err(gone_or)?;
             slot.sdk = SdkState::Prepared;
@@ -884,6 +891,7 @@ impl Manager {
             )
             .await
             .map_err(gone_or)?;
+        slot.pristine = false;
         drop(slot);
         match guest::parse_frame(&out.stdout, &secret) {
             Frame::Ok(_) => {}

@@ -139,6 +139,9 @@ pub struct OpTotals {
     /// Of that, the time spent waiting on `sandbox::*` calls: the rest is
     /// what the worker adds on top of the daemon.
     pub sandbox_nanos: AtomicU64,
+    /// pip installs of the python SDK these operations paid for, and their time.
+    pub sdk_pip_installs: AtomicU64,
+    pub sdk_install_nanos: AtomicU64,
 }
 
 impl OpTotals {
@@ -174,6 +177,15 @@ impl OpTotals {
 pub fn charge_wait(d: std::time::Duration) {
     let _ = CHARGE_TO.try_with(|t| {
         t.sandbox_nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    });
+}
+
+/// Charges a pip install of the guest SDK to the current operation.
+pub fn charge_install(d: std::time::Duration) {
+    let _ = CHARGE_TO.try_with(|t| {
+        t.sdk_pip_installs.fetch_add(1, Ordering::Relaxed);
+        t.sdk_install_nanos
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     });
 }

@@ -981,3 +981,115 @@ async fn a_pool_that_could_not_fill_recovers_without_traffic() {
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);
 }
+
+/// A python VM as the SDK steps see it: pip succeeds; `pack` reports a small
+/// archive, `read` serves its slices; `unpack` succeeds when the key is the
+/// VM's (`vm_key`), else answers 10 with the VM's key. Records each step.
+fn python_sdk_vm(w: &World, vm_key: &'static str) -> Arc<Mutex<Vec<String>>> {
+    use base64::Engine as _;
+    use sandbox_code_runner::guest;
+    use sha2::Digest as _;
+    let archive: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let sha: String = sha2::Sha256::digest(&archive)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let steps = Arc::new(Mutex::new(Vec::new()));
+    let seen = steps.clone();
+    w.sandbox.on_exec(move |p| {
+        let script = p.argv.get(2).map(String::as_str).unwrap_or("");
+        let args: Vec<&str> = p.argv.iter().skip(3).map(String::as_str).collect();
+        let step = if script == guest::PYTHON_INSTALL_SDK {
+            "pip".to_string()
+        } else if script == guest::PYTHON_SDK_ARCHIVE {
+            args[0].to_string()
+        } else {
+            "run".to_string()
+        };
+        seen.lock().unwrap().push(step.clone());
+        Ok(match step.as_str() {
+            "pack" => ok_out(
+                &json!({"key": vm_key, "size": archive.len(), "sha256": sha}).to_string(),
+                0,
+            ),
+            "read" => {
+                let off: usize = args[2].parse().unwrap();
+                let len: usize = args[3].parse().unwrap();
+                let end = (off + len).min(archive.len());
+                ok_out(
+                    &base64::engine::general_purpose::STANDARD.encode(&archive[off..end]),
+                    0,
+                )
+            }
+            "unpack" if args[1] == vm_key && args[2] == sha => ok_out("unpacked\n", 0),
+            "unpack" => ok_out(&format!("{vm_key}\n"), 10),
+            _ => ok_out("4\n", 0),
+        })
+    });
+    steps
+}
+
+fn take(steps: &Mutex<Vec<String>>) -> Vec<String> {
+    std::mem::take(&mut *steps.lock().unwrap())
+}
+
+#[tokio::test]
+async fn the_python_sdk_is_pip_installed_once_then_planted_from_the_archive() {
+    let w = world();
+    let steps = python_sdk_vm(&w, "cpython-3.11.2");
+    let code = json!({"lang": "python", "code": "print(iii)"});
+    metered_run(&w, code.clone()).await;
+    assert_eq!(take(&steps), ["pip", "pack", "read", "run"]);
+    let paid = w.manager.stats().to_json()["run"].clone();
+    assert_eq!(paid["sdk_pip_installs"], 1, "{paid}");
+    let before = w.sandbox.ops().len();
+    metered_run(&w, code.clone()).await;
+    assert_eq!(take(&steps), ["unpack", "run"], "no pip in the second VM");
+    let ops = w.sandbox.ops()[before..].to_vec();
+    assert!(
+        ops.iter().any(|o| o == "write /tmp/.scr/sdk-chunks/c0"),
+        "{ops:?}"
+    );
+    let s = w.manager.python_sdk().to_json();
+    assert_eq!(
+        (&s["pip_installs"], &s["plants"], &s["archives"]),
+        (&json!(1), &json!(1), &json!(1))
+    );
+    let after = w.manager.stats().to_json()["run"].clone();
+    assert_eq!(
+        (&after["sdk_pip_installs"], &after["sdk_install_ns"]),
+        (&paid["sdk_pip_installs"], &paid["sdk_install_ns"]),
+        "the second run paid no install"
+    );
+}
+
+#[tokio::test]
+async fn a_vm_whose_python_differs_falls_back_to_pip() {
+    let w = world();
+    let steps = python_sdk_vm(&w, "cpython-3.11.2");
+    let code = json!({"lang": "python", "code": "print(iii)"});
+    run(&w, code.clone()).await.unwrap();
+    take(&steps);
+    // The next VM reports another interpreter: the archive is refused there.
+    let steps = python_sdk_vm(&w, "cpython-3.12.1");
+    run(&w, code.clone()).await.unwrap();
+    assert_eq!(take(&steps), ["unpack", "pip", "pack", "read", "run"]);
+    let s = w.manager.python_sdk().to_json();
+    assert_eq!(s["key_mismatches"], 1);
+    assert_eq!(s["archives"], 2, "one archive per interpreter key");
+}
+
+#[tokio::test]
+async fn a_vm_that_ran_tenant_code_is_never_archived() {
+    let w = world();
+    let steps = python_sdk_vm(&w, "cpython-3.11.2");
+    let out = run(&w, json!({"lang": "python", "code": "x = 1", "keep": true}))
+        .await
+        .unwrap();
+    let rid = out["runtime_id"].as_str().unwrap().to_string();
+    run(&w, json!({"runtime_id": rid, "code": "print(iii)"}))
+        .await
+        .unwrap();
+    assert_eq!(take(&steps), ["run", "pip", "run"], "installed, not packed");
+    assert_eq!(w.manager.python_sdk().to_json()["archives"], 0);
+}

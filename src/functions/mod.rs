@@ -96,6 +96,7 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
                 "node": m.pool_ready(crate::ids::Lang::Node),
                 "python": m.pool_ready(crate::ids::Lang::Python),
             });
+            v["python_sdk"] = m.python_sdk().to_json();
             Ok(v)
         })
     });
