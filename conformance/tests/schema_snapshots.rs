@@ -11,6 +11,12 @@ use code_runner_conformance::suite::Golden;
 fn normalized_golden_schemas() {
     let g = Golden::locate(None).expect("golden directory");
     for t in Target::load_all(&g.targets()).expect("targets") {
+        if !g.schemas().join(&t.name).is_dir() {
+            // The reference worker's targets: it publishes no schemas, and
+            // their expectations list the schema checks as failures.
+            eprintln!("{}: no golden schemas", t.name);
+            continue;
+        }
         let entries = load_target(&g.schemas(), &t.name).expect("golden schemas");
         for (function, entry) in entries {
             let s = FunctionSchemas::from_entry(&entry);

@@ -285,6 +285,11 @@ fn every_targets_golden_data_loads_and_its_closed_world_holds() {
         let loaded = load(&g, &t.name, None).expect("golden data loads");
         let v = target_closed_world(&loaded);
         assert!(v.is_empty(), "{}: {v:?}", t.name);
+        if !g.schemas().join(&t.name).is_dir() {
+            // The reference worker's targets publish no schemas; their
+            // expectations list the `schema.*` checks as failures.
+            continue;
+        }
         for f in &t.functions {
             let p = g.schemas().join(&t.name).join(format!("{f}.json"));
             assert!(
