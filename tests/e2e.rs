@@ -19,7 +19,6 @@ fn code(e: &common::CallError) -> &str {
     e.code.as_str()
 }
 
-
 const DOUBLE: &str = "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +56,6 @@ async fn restart_forgets_ids_and_sweeps_orphans() {
     assert_eq!(code(&e), "sandbox-code-runner::runtime_not_found");
     h.finish(0).await;
 }
-
 
 fn malformed_payloads() -> Vec<(&'static str, Value)> {
     let mut v: Vec<(&'static str, Value)> = Vec::new();

@@ -153,6 +153,10 @@ fn mismatches_name_their_path() {
        Observed::Target { code: "invalid_request".into(), envelope: Envelope::CodeField })]
 #[case("invocation_failed", "handler error: sandbox-code-runner::expired: the VM was reaped",
        Observed::Target { code: "expired".into(), envelope: Envelope::Upstream })]
+#[case("invocation_failed", "sandbox-code-runner::capacity: all slots in use",
+       Observed::Target { code: "capacity".into(), envelope: Envelope::Upstream })]
+#[case("invocation_failed", "boom: sandbox-code-runner::capacity: not at the head",
+       Observed::Unclassified { code: "invocation_failed".into() })]
 #[case("invocation_failed", "handler error: something broke",
        Observed::Unclassified { code: "invocation_failed".into() })]
 #[case("function_not_found", "Function x::y not found in namespace default.",

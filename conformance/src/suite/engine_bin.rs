@@ -26,7 +26,8 @@ const STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// gate, the main listener on the host-only `127.0.0.2:port` and an RBAC
 /// guest listener on `127.0.0.1:guest_port`.
 pub fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
-    let mut yaml = String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
+    let mut yaml =
+        String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
     match guest {
         None => yaml.push_str(&format!(
             "  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"

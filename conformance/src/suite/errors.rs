@@ -141,14 +141,23 @@ pub fn classify(prefix: &str, code: &str, message: &str) -> Observed {
         };
     }
     if code == "invocation_failed" {
-        let marker = format!("handler error: {head}");
-        if let Some(at) = message.find(&marker) {
-            if let Some(short) = short_code_at(&message[at + marker.len()..]) {
-                return Observed::Target {
-                    code: short,
-                    envelope: Envelope::Upstream,
-                };
-            }
+        // The code travels in the message: after the Rust SDK's
+        // `handler error: ` prefix, or at its very start (the Python and
+        // Node SDKs send a raised error's message as it is).
+        let after = message
+            .find(&format!("handler error: {head}"))
+            .map(|at| at + "handler error: ".len() + head.len())
+            .or_else(|| {
+                message
+                    .trim_start()
+                    .starts_with(&head)
+                    .then(|| message.len() - message.trim_start().len() + head.len())
+            });
+        if let Some(short) = after.and_then(|at| short_code_at(&message[at..])) {
+            return Observed::Target {
+                code: short,
+                envelope: Envelope::Upstream,
+            };
         }
         return Observed::Unclassified {
             code: code.to_string(),
