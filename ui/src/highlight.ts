@@ -148,6 +148,58 @@ function nextNonSpace(src: string, i: number): string {
   return "";
 }
 
+/** What tells identifiers apart in one language. */
+interface IdentRules {
+  keywords: Set<string>;
+  literals: Set<string>;
+  builtins: Set<string>;
+  /** The keyword after which a name is a function's (`function`, `def`). */
+  fnKeyword: string;
+}
+
+/**
+ * The token at `i` once strings, comments and the like are ruled out: a
+ * number, an identifier (typed by `rules` and the previous significant
+ * token), or an operator. Both tokenizers end on it.
+ */
+const JS_RULES: IdentRules = {
+  keywords: JS_KEYWORDS,
+  literals: JS_LITERALS,
+  builtins: JS_BUILTINS,
+  fnKeyword: "function",
+};
+const PY_RULES: IdentRules = {
+  keywords: PY_KEYWORDS,
+  literals: PY_LITERALS,
+  builtins: PY_BUILTINS,
+  fnKeyword: "def",
+};
+
+function numberIdentOrOp(
+  src: string,
+  i: number,
+  p: Token | null,
+  rules: IdentRules,
+): [TokenType, string] {
+  const c = src[i] as string;
+  const num = /[\d.]/.test(c) ? matchAt(NUMBER, src, i) : null;
+  if (num && num !== ".") return ["num", num];
+  const id = matchAt(IDENT, src, i);
+  if (id) {
+    const callNext = nextNonSpace(src, i + id.length) === "(";
+    if (p && p.type === "op" && p.text === "." && !rules.keywords.has(id)) {
+      return [callNext ? "fn" : "id", id];
+    }
+    if (rules.keywords.has(id)) return ["kw", id];
+    if (rules.literals.has(id)) return ["lit", id];
+    if (p && p.type === "kw" && p.text === "class") return ["cls", id];
+    if (p && p.type === "kw" && p.text === rules.fnKeyword) return ["fn", id];
+    if (rules.builtins.has(id)) return ["bi", id];
+    return [callNext ? "fn" : "id", id];
+  }
+  return ["op", matchAt(OP, src, i) ?? c];
+}
+
 function tokenizeJs(src: string): Token[] {
   const out: Token[] = [];
   let prevSig: Token | null = null;
@@ -197,28 +249,8 @@ function tokenizeJs(src: string): Token[] {
         }
       }
     }
-    const num = /[\d.]/.test(c) ? matchAt(NUMBER, src, i) : null;
-    if (num && num !== ".") {
-      push("num", num);
-      continue;
-    }
-    const id = matchAt(IDENT, src, i);
-    if (id) {
-      const p = prevSig as Token | null;
-      let type: TokenType = "id";
-      if (p && p.type === "op" && p.text === "." && !JS_KEYWORDS.has(id)) {
-        type = nextNonSpace(src, i + id.length) === "(" ? "fn" : "id";
-      } else if (JS_KEYWORDS.has(id)) type = "kw";
-      else if (JS_LITERALS.has(id)) type = "lit";
-      else if (p && p.type === "kw" && p.text === "class") type = "cls";
-      else if (p && p.type === "kw" && p.text === "function") type = "fn";
-      else if (JS_BUILTINS.has(id)) type = "bi";
-      else if (nextNonSpace(src, i + id.length) === "(") type = "fn";
-      push(type, id);
-      continue;
-    }
-    const op = matchAt(OP, src, i);
-    push("op", op ?? c);
+    const [type, text] = numberIdentOrOp(src, i, prevSig as Token | null, JS_RULES);
+    push(type, text);
   }
   return out;
 }
@@ -266,28 +298,8 @@ function tokenizePython(src: string): Token[] {
         continue;
       }
     }
-    const num = /[\d.]/.test(c) ? matchAt(NUMBER, src, i) : null;
-    if (num && num !== ".") {
-      push("num", num);
-      continue;
-    }
-    const id = matchAt(IDENT, src, i);
-    if (id) {
-      const p = prevSig as Token | null;
-      let type: TokenType = "id";
-      if (p && p.type === "op" && p.text === "." && !PY_KEYWORDS.has(id)) {
-        type = nextNonSpace(src, i + id.length) === "(" ? "fn" : "id";
-      } else if (PY_KEYWORDS.has(id)) type = "kw";
-      else if (PY_LITERALS.has(id)) type = "lit";
-      else if (p && p.type === "kw" && p.text === "class") type = "cls";
-      else if (p && p.type === "kw" && p.text === "def") type = "fn";
-      else if (PY_BUILTINS.has(id)) type = "bi";
-      else if (nextNonSpace(src, i + id.length) === "(") type = "fn";
-      push(type, id);
-      continue;
-    }
-    const op = matchAt(OP, src, i);
-    push("op", op ?? c);
+    const [type, text] = numberIdentOrOp(src, i, prevSig as Token | null, PY_RULES);
+    push(type, text);
   }
   return out;
 }
