@@ -25,6 +25,13 @@ pub async fn connect_named(url: &str, name: &str) -> Result<IIIClient, iii_sdk::
         InitOptions {
             metadata: Some(metadata),
             identity: WorkerIdentityMode::Explicit,
+            // The harness's own spans are noise: a real engine with telemetry
+            // off closes `/otel`, and the exporter would print an error per
+            // batch over the suite's progress lines.
+            otel: Some(iii_helpers::observability::OtelConfig {
+                enabled: Some(false),
+                ..Default::default()
+            }),
             ..InitOptions::default()
         },
     );

@@ -685,6 +685,13 @@ impl Env {
                 None,
             ),
             Some(bin) => {
+                if !spec.configuration_worker {
+                    return Err(EnvError::Unavailable(
+                        "needs an engine without a configuration worker; a real iii engine \
+                         always runs its built-in one"
+                            .into(),
+                    ));
+                }
                 if port == DEFAULT_ENGINE_PORT
                     && std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
                 {
