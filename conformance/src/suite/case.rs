@@ -142,6 +142,10 @@ pub struct EnvSpec {
     /// boots, so its entry and hot-apply trigger are live.
     #[serde(default)]
     pub configuration_worker: bool,
+    /// The case observes an engine with no configuration worker at all
+    /// (a real engine always has one: such a case is skipped on it).
+    #[serde(default)]
+    pub without_configuration_worker: bool,
 }
 
 fn yes() -> bool {

@@ -685,7 +685,7 @@ impl Env {
                 None,
             ),
             Some(bin) => {
-                if !spec.configuration_worker {
+                if spec.without_configuration_worker {
                     return Err(EnvError::Unavailable(
                         "needs an engine without a configuration worker; a real iii engine \
                          always runs its built-in one"
