@@ -41,8 +41,6 @@ pub const NODE_SDK_BUNDLE: &str = include_str!(concat!(env!("OUT_DIR"), "/iii-sd
 
 /// Where the node bundle is planted; the wrapper adds its package.json.
 pub const NODE_SDK_PATH: &str = "/node_modules/iii-sdk/dist/index.mjs";
-/// Where the Python SDK is pip-installed, once per runtime.
-pub const PYTHON_SDK_DIR: &str = "/tmp/.iii-py";
 /// Working directory of every exec.
 pub const WORKDIR: &str = "/tmp";
 /// Where registered handler sources live inside a namespace runtime.
@@ -172,11 +170,37 @@ pub fn new_secret() -> String {
 pub enum Frame {
     /// The handler's return value.
     Ok(Value),
-    /// The wrapper's failure report: `type` is one of throw, not_json,
-    /// no_handler, async_handler, load_error.
-    Err { kind: String, message: String },
+    /// The wrapper's failure report.
+    Err { kind: FrameError, message: String },
     /// No frame carrying this call's secret.
     Missing,
+}
+
+/// The `type` of a wrapper's failure report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameError {
+    /// The handler raised (also any type this worker does not know).
+    Throw,
+    /// The handler's value has no JSON form.
+    NotJson,
+    /// The module defines no callable `handler`.
+    NoHandler,
+    /// `handler` is a coroutine function (Python).
+    AsyncHandler,
+    /// The module did not load.
+    LoadError,
+}
+
+impl FrameError {
+    fn from_type(t: &str) -> FrameError {
+        match t {
+            "not_json" => FrameError::NotJson,
+            "no_handler" => FrameError::NoHandler,
+            "async_handler" => FrameError::AsyncHandler,
+            "load_error" => FrameError::LoadError,
+            _ => FrameError::Throw,
+        }
+    }
 }
 
 const FRAME_TAG: &str = "\u{1e}SCR1 ";
@@ -201,11 +225,9 @@ pub fn parse_frame(stdout: &str, secret: &str) -> Frame {
     match kind {
         "ok" => Frame::Ok(value),
         "err" => Frame::Err {
-            kind: value
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("throw")
-                .to_string(),
+            kind: FrameError::from_type(
+                value.get("type").and_then(Value::as_str).unwrap_or("throw"),
+            ),
             message: value
                 .get("message")
                 .and_then(Value::as_str)
@@ -324,7 +346,7 @@ mod tests {
         assert_eq!(
             parse_frame(&out, S),
             Frame::Err {
-                kind: "not_json".into(),
+                kind: FrameError::NotJson,
                 message: "m".into()
             }
         );

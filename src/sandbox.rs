@@ -1,6 +1,7 @@
-//! The typed client of `sandbox::*`. It is the only code that names the
-//! daemon's functions or reads its `handler error: {json}` envelope; above it,
-//! failures are [`SandboxError`] values with the S-code kept.
+//! The typed client of `sandbox::*`: the only code that names the daemon's
+//! functions, reads its `handler error: {json}` envelope, or interprets its
+//! S-codes. Above it, failures are [`SandboxError`] values with the S-code
+//! kept, and their meaning to the worker is a typed [`Outcome`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +38,25 @@ pub enum SandboxError {
     /// The bus failed before the daemon answered (timeout, disconnect, a
     /// payload the daemon's SDK refused).
     #[error("bus error {0}")]
-    Bus(BusError),
+    Bus(#[source] BusError),
+}
+
+/// What a failed sandbox call means to the worker: the one place where the
+/// daemon's S-codes are decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Outcome<'a> {
+    /// No worker serves `sandbox::*`.
+    NotInstalled,
+    /// The daemon no longer knows the VM: stopped or reaped (S002, S004).
+    Gone { code: &'a str, message: &'a str },
+    /// The daemon has no room for another VM (S400).
+    Capacity { code: &'a str, message: &'a str },
+    /// The exec ran out of its budget (S200).
+    Timeout,
+    /// Any other refusal of the daemon.
+    Refused { code: &'a str, message: &'a str },
+    /// The bus failed before the daemon answered.
+    Bus(&'a BusError),
 }
 
 impl SandboxError {
@@ -47,6 +66,30 @@ impl SandboxError {
             SandboxError::Daemon { code, .. } => Some(code),
             _ => None,
         }
+    }
+
+    /// What this failure means to the worker.
+    pub(crate) fn outcome(&self) -> Outcome<'_> {
+        match self {
+            SandboxError::NotInstalled => Outcome::NotInstalled,
+            SandboxError::Daemon { code, message, .. } => match code.as_str() {
+                "S002" | "S004" => Outcome::Gone { code, message },
+                "S400" => Outcome::Capacity { code, message },
+                "S200" => Outcome::Timeout,
+                _ => Outcome::Refused { code, message },
+            },
+            SandboxError::Bus(b) => Outcome::Bus(b),
+        }
+    }
+
+    /// Whether the daemon no longer knows the VM (stopped or reaped).
+    pub(crate) fn is_gone(&self) -> bool {
+        matches!(self.outcome(), Outcome::Gone { .. })
+    }
+
+    /// Whether the daemon refused for lack of capacity.
+    pub(crate) fn is_capacity(&self) -> bool {
+        matches!(self.outcome(), Outcome::Capacity { .. })
     }
 
     /// Classifies a bus error from a `sandbox::*` call.
@@ -395,5 +438,37 @@ mod tests {
         assert!(matches!(SandboxError::from_bus(ser), SandboxError::Bus(_)));
         let junk = BusError::new("invocation_failed", "handler error: {not json");
         assert!(matches!(SandboxError::from_bus(junk), SandboxError::Bus(_)));
+    }
+
+    fn daemon(code: &str) -> SandboxError {
+        SandboxError::Daemon {
+            code: code.into(),
+            message: "m".into(),
+            retryable: false,
+        }
+    }
+
+    #[test]
+    fn s_codes_become_typed_outcomes() {
+        assert!(daemon("S002").is_gone());
+        assert!(daemon("S004").is_gone());
+        assert!(daemon("S400").is_capacity());
+        assert_eq!(daemon("S200").outcome(), Outcome::Timeout);
+        assert_eq!(
+            daemon("S100").outcome(),
+            Outcome::Refused {
+                code: "S100",
+                message: "m"
+            }
+        );
+        assert_eq!(SandboxError::NotInstalled.outcome(), Outcome::NotInstalled);
+        assert!(!SandboxError::NotInstalled.is_gone());
+    }
+
+    #[test]
+    fn a_bus_failure_keeps_its_cause() {
+        use std::error::Error as _;
+        let e = SandboxError::Bus(BusError::new("timeout", "no answer"));
+        assert!(e.source().is_some());
     }
 }

@@ -2,6 +2,7 @@
 //! encode. Nothing below here sees JSON requests.
 
 pub mod guest_auth;
+pub(crate) mod handler_call;
 pub mod list_runtimes;
 pub mod register;
 pub mod run;
