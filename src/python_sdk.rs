@@ -29,9 +29,9 @@ use crate::runtime::Manager;
 use crate::sandbox::{charge_install, ExecOutput, ExecParams, SandboxError};
 
 /// Archives kept at once (one per interpreter key; the oldest goes first).
-pub const MAX_ARCHIVES: usize = 2;
+pub(crate) const MAX_ARCHIVES: usize = 2;
 /// Largest archive the worker keeps (raw bytes).
-pub const MAX_ARCHIVE_BYTES: usize = 32 << 20;
+pub(crate) const MAX_ARCHIVE_BYTES: usize = 32 << 20;
 /// Raw bytes per read exec and per planted chunk: a multiple of 3, so the
 /// base64 slices join without padding, and 960 KiB as base64, under the
 /// daemon's 1 MiB stdout cut.

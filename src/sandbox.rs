@@ -93,7 +93,7 @@ impl SandboxError {
     }
 
     /// Classifies a bus error from a `sandbox::*` call.
-    pub fn from_bus(e: BusError) -> SandboxError {
+    pub(crate) fn from_bus(e: BusError) -> SandboxError {
         if e.code == "function_not_found" {
             return SandboxError::NotInstalled;
         }
@@ -199,13 +199,13 @@ impl OpTotals {
 
 tokio::task_local! {
     /// The operation the current task works for; sandbox calls are charged to it.
-    pub static CHARGE_TO: Arc<OpTotals>;
+    pub(crate) static CHARGE_TO: Arc<OpTotals>;
 }
 
 impl OpTotals {
     /// Mean microseconds per operation the worker added on top of its
     /// sandbox calls (decode, bookkeeping, encode; not the bus hop).
-    pub fn added_us_mean(&self) -> f64 {
+    pub(crate) fn added_us_mean(&self) -> f64 {
         let ops = self.ops.load(Ordering::Relaxed);
         if ops == 0 {
             return 0.0;
@@ -217,7 +217,7 @@ impl OpTotals {
 }
 
 /// Charges time spent waiting on the daemon to the current operation.
-pub fn charge_wait(d: std::time::Duration) {
+pub(crate) fn charge_wait(d: std::time::Duration) {
     let _ = CHARGE_TO.try_with(|t| {
         t.sandbox_nanos
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
@@ -225,7 +225,7 @@ pub fn charge_wait(d: std::time::Duration) {
 }
 
 /// Charges a pip install of the guest SDK to the current operation.
-pub fn charge_install(d: std::time::Duration) {
+pub(crate) fn charge_install(d: std::time::Duration) {
     let _ = CHARGE_TO.try_with(|t| {
         t.sdk_pip_installs.fetch_add(1, Ordering::Relaxed);
         t.sdk_install_nanos
@@ -246,7 +246,7 @@ pub async fn metered<F: std::future::Future>(totals: &Arc<OpTotals>, fut: F) -> 
 }
 
 /// Charges a call (and planted bytes) to the current operation, if any.
-pub fn charge(calls: u64, bytes: u64) {
+pub(crate) fn charge(calls: u64, bytes: u64) {
     let _ = CHARGE_TO.try_with(|t| {
         t.calls.fetch_add(calls, Ordering::Relaxed);
         t.bytes_planted.fetch_add(bytes, Ordering::Relaxed);

@@ -156,7 +156,7 @@ impl fmt::Debug for TeardownResponse {
 }
 
 /// The registered schema of a type.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
 }
 

@@ -49,11 +49,11 @@ pub use shutdown::ShutdownReport;
 use records::{NamespaceGate, State};
 
 /// Largest `code` or `source` accepted.
-pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_SOURCE_BYTES: usize = 1 << 20;
 /// Largest `description` accepted.
-pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// Functions one namespace runtime may publish.
-pub const MAX_FUNCTIONS_PER_RUNTIME: usize = 64;
+pub(crate) const MAX_FUNCTIONS_PER_RUNTIME: usize = 64;
 
 /// The manager. Cheap to share: everything lives behind `Arc`.
 pub struct Manager {

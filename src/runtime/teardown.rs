@@ -52,7 +52,10 @@ impl Manager {
         fns
     }
 
-    pub async fn teardown_runtime(&self, id: &RuntimeId) -> Result<TeardownResponse, WorkerError> {
+    pub(crate) async fn teardown_runtime(
+        &self,
+        id: &RuntimeId,
+    ) -> Result<TeardownResponse, WorkerError> {
         let rt = lock(&self.state)
             .runtimes
             .get(id)
@@ -69,7 +72,7 @@ impl Manager {
         })
     }
 
-    pub async fn teardown_namespace(
+    pub(crate) async fn teardown_namespace(
         &self,
         ns: &Namespace,
     ) -> Result<TeardownResponse, WorkerError> {
