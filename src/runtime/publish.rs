@@ -4,7 +4,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -58,22 +57,14 @@ impl Manager {
     ) -> Result<(), WorkerError> {
         let id = fid.as_str();
         // Anyone on the bus may own it already.
-        match self
-            .bus
-            .call(
-                "engine::functions::info",
-                serde_json::json!({ "function_id": id }),
-                Duration::from_secs(10),
-            )
-            .await
-        {
-            Ok(_) => {
+        match crate::bus::is_served(self.bus.as_ref(), id).await {
+            Ok(true) => {
                 return Err(WorkerError::invalid(
                     "function_id",
                     "is already registered on the bus",
                 ))
             }
-            Err(e) if e.code == "NOT_FOUND" => {}
+            Ok(false) => {}
             Err(e) => {
                 return Err(WorkerError::Engine(format!(
                     "cannot check whether the id is free: {}: {}",
