@@ -167,7 +167,7 @@ pub fn new_secret() -> String {
 
 /// What a handler exec reported.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// The handler's return value.
     Ok(Value),
     /// The wrapper's failure report.
@@ -178,7 +178,7 @@ pub enum Frame {
 
 /// The `type` of a wrapper's failure report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     /// The handler raised (also any type this worker does not know).
     Throw,
     /// The handler's value has no JSON form.

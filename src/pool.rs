@@ -18,7 +18,7 @@ struct PoolState {
 }
 
 /// Ready and warming VMs, per language.
-pub struct WarmPool {
+pub(crate) struct WarmPool {
     size: usize,
     state: Mutex<PoolState>,
     settled: tokio::sync::Notify,

@@ -172,16 +172,16 @@ fn without_engine_fields(mut payload: Value) -> Value {
 /// What a caller of a published handler passed: any JSON, with the
 /// engine's bookkeeping already removed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HandlerPayload(Value);
+pub(crate) struct HandlerPayload(Value);
 
 impl HandlerPayload {
     /// Decodes a handler call at the edge.
-    pub fn decode(payload: Value) -> HandlerPayload {
+    pub(crate) fn decode(payload: Value) -> HandlerPayload {
         HandlerPayload(without_engine_fields(payload))
     }
 
     /// The tenant's payload, as its handler receives it.
-    pub fn value(&self) -> &Value {
+    pub(crate) fn value(&self) -> &Value {
         &self.0
     }
 }
