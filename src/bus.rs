@@ -1,5 +1,6 @@
-//! The iii bus behind a small trait: call, publish, unpublish. Unit tests
-//! drive the manager with an in-memory fake; production uses the SDK.
+//! The iii bus behind a small trait: call, publish, unpublish (and whether
+//! an id is served already). Unit tests drive the manager with an in-memory
+//! fake; production uses the SDK.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -103,6 +104,23 @@ pub trait Bus: Send + Sync + 'static {
         config: Value,
     ) -> Result<TriggerBinding, BusError>;
     fn unbind(&self, binding: TriggerBinding);
+}
+
+/// Whether anyone on the bus serves `function_id` already, by the engine's
+/// `engine::functions::info` (`NOT_FOUND` means free).
+pub(crate) async fn is_served(bus: &dyn Bus, function_id: &str) -> Result<bool, BusError> {
+    match bus
+        .call(
+            "engine::functions::info",
+            serde_json::json!({ "function_id": function_id }),
+            Duration::from_secs(10),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.code == "NOT_FOUND" => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The bus over the iii SDK client.

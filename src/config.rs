@@ -111,7 +111,7 @@ impl Config {
 
     /// The budget a request gets: missing or 0 means the default, and the
     /// result never exceeds the maximum — the default path included.
-    pub fn clamp_timeout(&self, requested: Option<u64>) -> u64 {
+    pub(crate) fn clamp_timeout(&self, requested: Option<u64>) -> u64 {
         let wanted = match requested {
             None | Some(0) => self.default_timeout_ms,
             Some(ms) => ms,

@@ -100,7 +100,7 @@ impl WorkerError {
     }
 
     /// As the SDK error the bus sends unchanged.
-    pub fn into_sdk(self) -> iii_sdk::Error {
+    pub(crate) fn into_sdk(self) -> iii_sdk::Error {
         let (code, message) = self.to_wire();
         iii_sdk::Error::Remote {
             code,
@@ -112,7 +112,7 @@ impl WorkerError {
 
 /// Replaces every `rt-<uuid>` in `text` with `rt-<redacted>`, for anything
 /// that leaves toward a log or a caller that did not hold the id.
-pub fn redact_runtime_ids(text: &str) -> String {
+pub(crate) fn redact_runtime_ids(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
@@ -135,7 +135,7 @@ pub fn redact_runtime_ids(text: &str) -> String {
 
 /// Replaces every bare UUID in `text` with `<id>`: daemon messages name
 /// sandbox ids, which never leave the worker.
-pub fn redact_uuids(text: &str) -> String {
+pub(crate) fn redact_uuids(text: &str) -> String {
     let red = redact_runtime_ids(text);
     let mut out = String::with_capacity(red.len());
     let mut i = 0;

@@ -172,11 +172,11 @@ impl Hub {
     }
 
     /// A binding went away.
-    pub fn unsubscribe(&self, id: &str) {
+    pub(crate) fn unsubscribe(&self, id: &str) {
         table(&self.subscribers).remove(id);
     }
 
-    pub fn subscriber_count(&self) -> usize {
+    pub(crate) fn subscriber_count(&self) -> usize {
         table(&self.subscribers).len()
     }
 
@@ -187,7 +187,7 @@ impl Hub {
 
     /// Queues `e` for every subscriber that wants it. Free when nobody
     /// listens; never waits.
-    pub fn emit(&self, e: Event) {
+    pub(crate) fn emit(&self, e: Event) {
         if table(&self.subscribers).is_empty() {
             return;
         }

@@ -16,19 +16,19 @@ use crate::sandbox::ExecParams;
 
 // Each wrapper is its language's shared prelude followed by the wrapper
 // itself, sent as one inline script.
-pub const NODE_RUN: &str = concat!(
+pub(crate) const NODE_RUN: &str = concat!(
     include_str!("../guest/node/shared.mjs"),
     include_str!("../guest/node/run.mjs")
 );
-pub const NODE_INVOKE: &str = concat!(
+pub(crate) const NODE_INVOKE: &str = concat!(
     include_str!("../guest/node/shared.mjs"),
     include_str!("../guest/node/invoke.mjs")
 );
-pub const PYTHON_RUN: &str = concat!(
+pub(crate) const PYTHON_RUN: &str = concat!(
     include_str!("../guest/python/shared.py"),
     include_str!("../guest/python/run.py")
 );
-pub const PYTHON_INVOKE: &str = concat!(
+pub(crate) const PYTHON_INVOKE: &str = concat!(
     include_str!("../guest/python/shared.py"),
     include_str!("../guest/python/invoke.py")
 );
@@ -40,20 +40,18 @@ pub const PYTHON_SDK_ARCHIVE: &str = include_str!("../guest/python/sdk_archive.p
 pub const NODE_SDK_BUNDLE: &str = include_str!(concat!(env!("OUT_DIR"), "/iii-sdk.mjs"));
 
 /// Where the node bundle is planted; the wrapper adds its package.json.
-pub const NODE_SDK_PATH: &str = "/node_modules/iii-sdk/dist/index.mjs";
-/// Where the Python SDK is pip-installed, once per runtime.
-pub const PYTHON_SDK_DIR: &str = "/tmp/.iii-py";
+pub(crate) const NODE_SDK_PATH: &str = "/node_modules/iii-sdk/dist/index.mjs";
 /// Working directory of every exec.
-pub const WORKDIR: &str = "/tmp";
+pub(crate) const WORKDIR: &str = "/tmp";
 /// Where registered handler sources live inside a namespace runtime.
-pub const HANDLER_DIR: &str = "/tmp/.scr/fn";
+pub(crate) const HANDLER_DIR: &str = "/tmp/.scr/fn";
 
 /// Prefix of the guest worker names; wrappers append a random suffix so two
 /// live guests never share a name.
-pub const RUN_WORKER_NAME: &str = "sandbox-code-runner:run";
+pub(crate) const RUN_WORKER_NAME: &str = "sandbox-code-runner:run";
 
 /// Whether source text can reach the `iii` global: it names the identifier.
-pub fn names_iii(source: &str) -> bool {
+pub(crate) fn names_iii(source: &str) -> bool {
     let bytes = source.as_bytes();
     let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
     let mut from = 0;
@@ -137,7 +135,7 @@ pub fn invoke_exec(
 }
 
 /// The one-time Python SDK install, run as its own exec with its own budget.
-pub fn python_sdk_install(timeout_ms: u64) -> ExecParams {
+pub(crate) fn python_sdk_install(timeout_ms: u64) -> ExecParams {
     ExecParams {
         argv: interpreter(Lang::Python, PYTHON_INSTALL_SDK),
         stdin: None,
@@ -169,14 +167,40 @@ pub fn new_secret() -> String {
 
 /// What a handler exec reported.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// The handler's return value.
     Ok(Value),
-    /// The wrapper's failure report: `type` is one of throw, not_json,
-    /// no_handler, async_handler, load_error.
-    Err { kind: String, message: String },
+    /// The wrapper's failure report.
+    Err { kind: FrameError, message: String },
     /// No frame carrying this call's secret.
     Missing,
+}
+
+/// The `type` of a wrapper's failure report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// The handler raised (also any type this worker does not know).
+    Throw,
+    /// The handler's value has no JSON form.
+    NotJson,
+    /// The module defines no callable `handler`.
+    NoHandler,
+    /// `handler` is a coroutine function (Python).
+    AsyncHandler,
+    /// The module did not load.
+    LoadError,
+}
+
+impl FrameError {
+    fn from_type(t: &str) -> FrameError {
+        match t {
+            "not_json" => FrameError::NotJson,
+            "no_handler" => FrameError::NoHandler,
+            "async_handler" => FrameError::AsyncHandler,
+            "load_error" => FrameError::LoadError,
+            _ => FrameError::Throw,
+        }
+    }
 }
 
 const FRAME_TAG: &str = "\u{1e}SCR1 ";
@@ -184,7 +208,7 @@ const FRAME_TAG: &str = "\u{1e}SCR1 ";
 /// Finds the frame that carries `secret`. Only the wrapper knows the secret,
 /// so a frame printed by the handler never matches; the last genuine frame
 /// wins, and a malformed one counts as missing.
-pub fn parse_frame(stdout: &str, secret: &str) -> Frame {
+pub(crate) fn parse_frame(stdout: &str, secret: &str) -> Frame {
     let needle = format!("{FRAME_TAG}{secret} ");
     let Some(at) = stdout.rfind(&needle) else {
         return Frame::Missing;
@@ -201,11 +225,9 @@ pub fn parse_frame(stdout: &str, secret: &str) -> Frame {
     match kind {
         "ok" => Frame::Ok(value),
         "err" => Frame::Err {
-            kind: value
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("throw")
-                .to_string(),
+            kind: FrameError::from_type(
+                value.get("type").and_then(Value::as_str).unwrap_or("throw"),
+            ),
             message: value
                 .get("message")
                 .and_then(Value::as_str)
@@ -217,12 +239,12 @@ pub fn parse_frame(stdout: &str, secret: &str) -> Frame {
 }
 
 /// The daemon's own silent cut of each stream.
-pub const DAEMON_STREAM_CAP: usize = 1 << 20;
+pub(crate) const DAEMON_STREAM_CAP: usize = 1 << 20;
 
 /// Caps one stream to `budget` bytes: the first 60% and the last 40% on
 /// UTF-8 boundaries, with one marker line between. `budget == 0` disables
 /// the cap; a stream the daemon already cut is marked either way.
-pub fn cap_stream(text: &str, budget: usize, stream: &str) -> String {
+pub(crate) fn cap_stream(text: &str, budget: usize, stream: &str) -> String {
     let daemon_cut = text.len() >= DAEMON_STREAM_CAP;
     if budget == 0 || text.len() <= budget {
         if daemon_cut {
@@ -324,7 +346,7 @@ mod tests {
         assert_eq!(
             parse_frame(&out, S),
             Frame::Err {
-                kind: "not_json".into(),
+                kind: FrameError::NotJson,
                 message: "m".into()
             }
         );

@@ -37,11 +37,11 @@ pub const GUEST_REGISTER: &str = "sandbox-code-runner::guest-register";
 /// The env var that carries a guest's token into each exec. The wrappers
 /// append it to `III_URL` as `?token=`; it is never set at VM creation
 /// (pooled VMs are created before they have a tenant).
-pub const TOKEN_ENV: &str = "III_GUEST_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "III_GUEST_TOKEN";
 
 /// Every function of the iii-sandbox daemon's contract. All of them act on
 /// any sandbox by id, so none may be reached from inside one.
-pub const SANDBOX_CONTRACT: &[&str] = &[
+pub(crate) const SANDBOX_CONTRACT: &[&str] = &[
     "sandbox::create",
     "sandbox::exec",
     "sandbox::run",

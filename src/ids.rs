@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The worker's own function prefix: never claimable by register_function.
-pub const OWN_NAMESPACE: &str = "sandbox-code-runner";
+pub(crate) const OWN_NAMESPACE: &str = "sandbox-code-runner";
 
 /// Language of a runtime. A runtime is single-language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]

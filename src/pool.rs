@@ -18,7 +18,7 @@ struct PoolState {
 }
 
 /// Ready and warming VMs, per language.
-pub struct WarmPool {
+pub(crate) struct WarmPool {
     size: usize,
     state: Mutex<PoolState>,
     settled: tokio::sync::Notify,
@@ -47,7 +47,7 @@ impl WarmPool {
 
     /// How many VMs to start warming now for `lang`; they are counted as
     /// warming from here on.
-    pub fn reserve(&self, lang: Lang) -> usize {
+    pub(crate) fn reserve(&self, lang: Lang) -> usize {
         let mut st = self.lock();
         if st.closed {
             return 0;
@@ -91,7 +91,7 @@ impl WarmPool {
         self.drain()
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
     }
 

@@ -29,9 +29,9 @@ use crate::runtime::Manager;
 use crate::sandbox::{charge_install, ExecOutput, ExecParams, SandboxError};
 
 /// Archives kept at once (one per interpreter key; the oldest goes first).
-pub const MAX_ARCHIVES: usize = 2;
+pub(crate) const MAX_ARCHIVES: usize = 2;
 /// Largest archive the worker keeps (raw bytes).
-pub const MAX_ARCHIVE_BYTES: usize = 32 << 20;
+pub(crate) const MAX_ARCHIVE_BYTES: usize = 32 << 20;
 /// Raw bytes per read exec and per planted chunk: a multiple of 3, so the
 /// base64 slices join without padding, and 960 KiB as base64, under the
 /// daemon's 1 MiB stdout cut.
@@ -154,10 +154,6 @@ enum Planted {
     Failed,
 }
 
-fn gone(e: &SandboxError) -> bool {
-    matches!(e.s_code(), Some("S002") | Some("S004"))
-}
-
 impl Manager {
     /// Makes the PyPI iii-sdk importable in a python VM: from the worker's
     /// archive when one fits, else by pip. `pristine`: no tenant code has run
@@ -243,7 +239,7 @@ impl Manager {
         }
         for w in writes {
             match w {
-                Err(e) if gone(&e) => return Err(e),
+                Err(e) if e.is_gone() => return Err(e),
                 Err(e) => {
                     tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the python SDK archive failed; falling back to pip");
                     counters.plant_failures.fetch_add(1, Ordering::Relaxed);
@@ -263,7 +259,7 @@ impl Manager {
             )
             .await;
         let planted = match out {
-            Err(e) if gone(&e) => return Err(e),
+            Err(e) if e.is_gone() => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %redact_uuids(&e.to_string()), "unpacking the python SDK archive failed; falling back to pip");
                 Planted::Failed
@@ -312,7 +308,7 @@ impl Manager {
         counters.pip_nanos.fetch_add(nanos(took), Ordering::Relaxed);
         charge_install(took);
         let ok = match out {
-            Err(e) if gone(&e) => return Err(e),
+            Err(e) if e.is_gone() => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed");
                 false
@@ -339,7 +335,7 @@ impl Manager {
         let start = Instant::now();
         let got = self.read_archive(sandbox_id).await;
         match got {
-            Err(e) if gone(&e) => return Err(e),
+            Err(e) if e.is_gone() => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %redact_uuids(&e.to_string()), "archiving the python SDK failed; the next VM installs it again");
                 cache

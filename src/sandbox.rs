@@ -1,6 +1,7 @@
-//! The typed client of `sandbox::*`. It is the only code that names the
-//! daemon's functions or reads its `handler error: {json}` envelope; above it,
-//! failures are [`SandboxError`] values with the S-code kept.
+//! The typed client of `sandbox::*`: the only code that names the daemon's
+//! functions, reads its `handler error: {json}` envelope, or interprets its
+//! S-codes. Above it, failures are [`SandboxError`] values with the S-code
+//! kept, and their meaning to the worker is a typed [`Outcome`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +38,25 @@ pub enum SandboxError {
     /// The bus failed before the daemon answered (timeout, disconnect, a
     /// payload the daemon's SDK refused).
     #[error("bus error {0}")]
-    Bus(BusError),
+    Bus(#[source] BusError),
+}
+
+/// What a failed sandbox call means to the worker: the one place where the
+/// daemon's S-codes are decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Outcome<'a> {
+    /// No worker serves `sandbox::*`.
+    NotInstalled,
+    /// The daemon no longer knows the VM: stopped or reaped (S002, S004).
+    Gone { code: &'a str, message: &'a str },
+    /// The daemon has no room for another VM (S400).
+    Capacity { code: &'a str, message: &'a str },
+    /// The exec ran out of its budget (S200).
+    Timeout,
+    /// Any other refusal of the daemon.
+    Refused { code: &'a str, message: &'a str },
+    /// The bus failed before the daemon answered.
+    Bus(&'a BusError),
 }
 
 impl SandboxError {
@@ -49,8 +68,32 @@ impl SandboxError {
         }
     }
 
+    /// What this failure means to the worker.
+    pub(crate) fn outcome(&self) -> Outcome<'_> {
+        match self {
+            SandboxError::NotInstalled => Outcome::NotInstalled,
+            SandboxError::Daemon { code, message, .. } => match code.as_str() {
+                "S002" | "S004" => Outcome::Gone { code, message },
+                "S400" => Outcome::Capacity { code, message },
+                "S200" => Outcome::Timeout,
+                _ => Outcome::Refused { code, message },
+            },
+            SandboxError::Bus(b) => Outcome::Bus(b),
+        }
+    }
+
+    /// Whether the daemon no longer knows the VM (stopped or reaped).
+    pub(crate) fn is_gone(&self) -> bool {
+        matches!(self.outcome(), Outcome::Gone { .. })
+    }
+
+    /// Whether the daemon refused for lack of capacity.
+    pub(crate) fn is_capacity(&self) -> bool {
+        matches!(self.outcome(), Outcome::Capacity { .. })
+    }
+
     /// Classifies a bus error from a `sandbox::*` call.
-    pub fn from_bus(e: BusError) -> SandboxError {
+    pub(crate) fn from_bus(e: BusError) -> SandboxError {
         if e.code == "function_not_found" {
             return SandboxError::NotInstalled;
         }
@@ -156,13 +199,13 @@ impl OpTotals {
 
 tokio::task_local! {
     /// The operation the current task works for; sandbox calls are charged to it.
-    pub static CHARGE_TO: Arc<OpTotals>;
+    pub(crate) static CHARGE_TO: Arc<OpTotals>;
 }
 
 impl OpTotals {
     /// Mean microseconds per operation the worker added on top of its
     /// sandbox calls (decode, bookkeeping, encode; not the bus hop).
-    pub fn added_us_mean(&self) -> f64 {
+    pub(crate) fn added_us_mean(&self) -> f64 {
         let ops = self.ops.load(Ordering::Relaxed);
         if ops == 0 {
             return 0.0;
@@ -174,7 +217,7 @@ impl OpTotals {
 }
 
 /// Charges time spent waiting on the daemon to the current operation.
-pub fn charge_wait(d: std::time::Duration) {
+pub(crate) fn charge_wait(d: std::time::Duration) {
     let _ = CHARGE_TO.try_with(|t| {
         t.sandbox_nanos
             .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
@@ -182,7 +225,7 @@ pub fn charge_wait(d: std::time::Duration) {
 }
 
 /// Charges a pip install of the guest SDK to the current operation.
-pub fn charge_install(d: std::time::Duration) {
+pub(crate) fn charge_install(d: std::time::Duration) {
     let _ = CHARGE_TO.try_with(|t| {
         t.sdk_pip_installs.fetch_add(1, Ordering::Relaxed);
         t.sdk_install_nanos
@@ -203,7 +246,7 @@ pub async fn metered<F: std::future::Future>(totals: &Arc<OpTotals>, fut: F) -> 
 }
 
 /// Charges a call (and planted bytes) to the current operation, if any.
-pub fn charge(calls: u64, bytes: u64) {
+pub(crate) fn charge(calls: u64, bytes: u64) {
     let _ = CHARGE_TO.try_with(|t| {
         t.calls.fetch_add(calls, Ordering::Relaxed);
         t.bytes_planted.fetch_add(bytes, Ordering::Relaxed);
@@ -395,5 +438,37 @@ mod tests {
         assert!(matches!(SandboxError::from_bus(ser), SandboxError::Bus(_)));
         let junk = BusError::new("invocation_failed", "handler error: {not json");
         assert!(matches!(SandboxError::from_bus(junk), SandboxError::Bus(_)));
+    }
+
+    fn daemon(code: &str) -> SandboxError {
+        SandboxError::Daemon {
+            code: code.into(),
+            message: "m".into(),
+            retryable: false,
+        }
+    }
+
+    #[test]
+    fn s_codes_become_typed_outcomes() {
+        assert!(daemon("S002").is_gone());
+        assert!(daemon("S004").is_gone());
+        assert!(daemon("S400").is_capacity());
+        assert_eq!(daemon("S200").outcome(), Outcome::Timeout);
+        assert_eq!(
+            daemon("S100").outcome(),
+            Outcome::Refused {
+                code: "S100",
+                message: "m"
+            }
+        );
+        assert_eq!(SandboxError::NotInstalled.outcome(), Outcome::NotInstalled);
+        assert!(!SandboxError::NotInstalled.is_gone());
+    }
+
+    #[test]
+    fn a_bus_failure_keeps_its_cause() {
+        use std::error::Error as _;
+        let e = SandboxError::Bus(BusError::new("timeout", "no answer"));
+        assert!(e.source().is_some());
     }
 }

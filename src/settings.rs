@@ -13,13 +13,13 @@ use crate::bus::{Bus, FunctionSpec, Handler, TriggerBinding};
 use crate::error::WorkerError;
 
 /// The configuration entry id.
-pub const ENTRY_ID: &str = "sandbox-code-runner";
+pub(crate) const ENTRY_ID: &str = "sandbox-code-runner";
 /// Internal: appends the guidance to an agent's system prompt.
 pub const GUIDANCE_FN: &str = "sandbox-code-runner::inject-guidance";
 /// Internal: receives configuration change events.
-pub const ON_CHANGE_FN: &str = "sandbox-code-runner::on-config-change";
+pub(crate) const ON_CHANGE_FN: &str = "sandbox-code-runner::on-config-change";
 /// The harness hook the guidance function is bound to.
-pub const HOOK_TRIGGER: &str = "harness::hook::pre-generate";
+pub(crate) const HOOK_TRIGGER: &str = "harness::hook::pre-generate";
 
 /// The worker's live settings, as stored by the configuration worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -84,7 +84,7 @@ pub struct OnConfigChangeResponse {
 }
 
 /// What agents are told about this worker.
-pub const GUIDANCE: &str = "\
+pub(crate) const GUIDANCE: &str = "\
 ## Running code (sandbox-code-runner)
 - `sandbox-code-runner::run {lang: \"python\"|\"node\", code}` runs code in a fresh microVM and destroys it before answering (one-shot). Add `keep: true` to keep the VM; the answer's `runtime_id` then runs more code there: `run {runtime_id, code}`.
 - On a kept runtime, files and installed packages persist between runs; variables do not (every run is a fresh process). Keep state in files.
@@ -96,7 +96,7 @@ pub const GUIDANCE: &str = "\
 ";
 
 /// The hook's answer: the prompt with the guidance appended, or a no-op.
-pub fn guidance_mutation(enabled: bool, request: &Value) -> Value {
+pub(crate) fn guidance_mutation(enabled: bool, request: &Value) -> Value {
     if !enabled {
         return json!({"mutations": {}});
     }

@@ -19,8 +19,8 @@ pub const STYLE_PATH: &str = "sandbox-code-runner/cards.css";
 /// `setup(host)`; it registers a page fed by `list_runtimes`.
 pub const PAGE_PATH: &str = "sandbox-code-runner/page.js";
 
-pub const SCRIPT_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
-pub const STYLE_CONTENT_TYPE: &str = "text/css; charset=utf-8";
+pub(crate) const SCRIPT_CONTENT_TYPE: &str = "text/javascript; charset=utf-8";
+pub(crate) const STYLE_CONTENT_TYPE: &str = "text/css; charset=utf-8";
 
 const CARDS_JS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.js"));
 const CARDS_CSS: &str = include_str!(concat!(env!("OUT_DIR"), "/ui-cards.css"));

@@ -156,22 +156,45 @@ impl fmt::Debug for TeardownResponse {
 }
 
 /// The registered schema of a type.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     serde_json::to_value(schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// `payload` without the engine's bookkeeping (`_caller_worker_id`), which
+/// is not the caller's input.
+fn without_engine_fields(mut payload: Value) -> Value {
+    if let Value::Object(map) = &mut payload {
+        map.remove("_caller_worker_id");
+    }
+    payload
+}
+
+/// What a caller of a published handler passed: any JSON, with the
+/// engine's bookkeeping already removed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HandlerPayload(Value);
+
+impl HandlerPayload {
+    /// Decodes a handler call at the edge.
+    pub(crate) fn decode(payload: Value) -> HandlerPayload {
+        HandlerPayload(without_engine_fields(payload))
+    }
+
+    /// The tenant's payload, as its handler receives it.
+    pub(crate) fn value(&self) -> &Value {
+        &self.0
+    }
 }
 
 /// Decodes a request at the edge; a bad payload becomes `invalid_request`
 /// naming the offending field.
 pub fn decode<T: DeserializeOwned>(payload: Value) -> Result<T, WorkerError> {
-    let mut payload = payload;
-    if let Value::Object(map) = &mut payload {
-        // The engine's bookkeeping, not the caller's input.
-        map.remove("_caller_worker_id");
-    } else {
+    if !payload.is_object() {
         return Err(WorkerError::InvalidRequest(
             "the payload must be a JSON object".into(),
         ));
     }
+    let payload = without_engine_fields(payload);
     serde_path_to_error::deserialize(payload).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();

@@ -2,6 +2,7 @@
 //! encode. Nothing below here sees JSON requests.
 
 pub mod guest_auth;
+pub(crate) mod handler_call;
 pub mod list_runtimes;
 pub mod register;
 pub mod run;
@@ -19,13 +20,13 @@ use crate::runtime::Manager;
 use crate::sandbox::{metered, OpTotals};
 
 pub const RUN: &str = "sandbox-code-runner::run";
-pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
+pub(crate) const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
 /// The operator's inventory of live runtimes (no capability in it).
 pub const LIST_RUNTIMES: &str = "sandbox-code-runner::list_runtimes";
 /// Internal: serves the console cards for the `console:script` and
 /// `console:style` triggers.
-pub const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
+pub(crate) const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
 
 /// Internal: what each kind of operation cost on the daemon, for benches
 /// and operators.

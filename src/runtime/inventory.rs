@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{lock, Manager, Runtime};
+use super::records::Runtime;
+use super::{lock, Manager};
 use crate::events::{now_ms, Event, EventKind};
 use crate::ids::Lang;
 use crate::sandbox::SandboxError;

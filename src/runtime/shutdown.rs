@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{lock, vm_gone, Manager, Runtime};
+use super::records::Runtime;
+use super::{lock, Manager};
 use crate::error::redact_uuids;
 
 /// What a shutdown achieved.
@@ -27,11 +28,17 @@ impl ShutdownReport {
 }
 
 impl Manager {
+    /// Stops every VM this worker owns and unpublishes every function,
+    /// within 30 s (see [`Manager::shutdown_within`]).
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(Duration::from_secs(30)).await
+    }
+
     /// One stop attempt; `true` when the daemon confirms the VM is gone.
     async fn stop_confirmed(&self, sandbox_id: &str) -> bool {
         let done = match self.on_daemon(0, self.sandbox.stop(sandbox_id)).await {
             Ok(()) => true,
-            Err(e) if vm_gone(&e) => true,
+            Err(e) if e.is_gone() => true,
             Err(e) => {
                 tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed");
                 false

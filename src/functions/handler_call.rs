@@ -1,0 +1,31 @@
+//! The bus handler of a published tenant function: decodes the call at the
+//! edge, meters it as one `handler_call`, and gives the manager typed input.
+
+use std::sync::{Arc, Weak};
+
+use serde_json::Value;
+
+use crate::bus::Handler;
+use crate::error::WorkerError;
+use crate::runtime::Manager;
+use crate::sandbox::metered;
+use crate::wire::HandlerPayload;
+
+/// The handler of `function_id`. It holds the manager weakly: a published
+/// function does not keep a shut-down worker alive.
+pub(crate) fn handler(manager: Weak<Manager>, function_id: String) -> Handler {
+    Arc::new(move |payload: Value| {
+        let manager = manager.clone();
+        let function_id = function_id.clone();
+        Box::pin(async move {
+            match manager.upgrade() {
+                Some(m) => {
+                    let totals = m.stats().handler_call.clone();
+                    let call = m.invoke(&function_id, HandlerPayload::decode(payload));
+                    metered(&totals, call).await
+                }
+                None => Err(WorkerError::Engine("the worker is shutting down".into())),
+            }
+        })
+    })
+}

@@ -1,0 +1,160 @@
+//! The manager's calls on the daemon: every `sandbox::*` call goes through
+//! here, so each is charged to the current operation ([`Stats`]), and every
+//! VM it creates is in the transient ledger until a record takes it.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::records::Runtime;
+use super::{lock, Manager};
+use crate::config::OneshotStop;
+use crate::error::redact_uuids;
+use crate::guest_access::{TokenLease, TOKEN_ENV};
+use crate::ids::Lang;
+use crate::sandbox::{
+    charge, charge_wait, CreateParams, ExecOutput, ExecParams, OpTotals, SandboxError,
+};
+
+/// Per-operation cost totals: what each kind of operation spent on the daemon.
+#[derive(Default)]
+pub struct Stats {
+    pub run: Arc<OpTotals>,
+    pub register_function: Arc<OpTotals>,
+    pub teardown: Arc<OpTotals>,
+    pub handler_call: Arc<OpTotals>,
+    /// Warm-pool refills, which no caller waits for.
+    pub pool: Arc<OpTotals>,
+}
+
+impl Stats {
+    /// `{op: {ops, sandbox_calls, bytes_planted}}`.
+    pub fn to_json(&self) -> Value {
+        let one = |t: &OpTotals| {
+            let (ops, calls, bytes) = t.snapshot();
+            serde_json::json!({
+                "ops": ops,
+                "sandbox_calls": calls,
+                "bytes_planted": bytes,
+                "worker_added_us_mean": (t.added_us_mean() * 10.0).round() / 10.0,
+                "total_ns": t.total_nanos.load(Ordering::Relaxed),
+                "sandbox_ns": t.sandbox_nanos.load(Ordering::Relaxed),
+                "sdk_pip_installs": t.sdk_pip_installs.load(Ordering::Relaxed),
+                "sdk_install_ns": t.sdk_install_nanos.load(Ordering::Relaxed),
+            })
+        };
+        serde_json::json!({
+            "run": one(&self.run),
+            "register_function": one(&self.register_function),
+            "teardown": one(&self.teardown),
+            "handler_call": one(&self.handler_call),
+            "pool": one(&self.pool),
+        })
+    }
+}
+
+impl Manager {
+    /// `p` with the guest's token in its env, when it has one.
+    pub(super) fn with_token(mut p: ExecParams, token: Option<&TokenLease>) -> ExecParams {
+        if let Some(t) = token {
+            p.env.insert(TOKEN_ENV.to_string(), t.expose().to_string());
+        }
+        p
+    }
+
+    /// `p` with `rt`'s guest token in its env.
+    pub(super) fn for_runtime(rt: &Runtime, p: ExecParams) -> ExecParams {
+        Manager::with_token(p, lock(&rt.token).as_ref())
+    }
+
+    fn create_params(&self, lang: Lang) -> CreateParams {
+        CreateParams {
+            image: lang.image().to_string(),
+            name: self.naming.vm_name(),
+            idle_timeout_secs: self.config.idle_ttl_secs,
+            // The guest's `iii` rides the sandbox network gateway.
+            network: true,
+            env: [(
+                "III_URL".to_string(),
+                self.config
+                    .guest_url
+                    .clone()
+                    .unwrap_or_else(|| self.guest_engine_url.clone()),
+            )]
+            .into(),
+        }
+    }
+
+    /// Every `sandbox::*` call goes through here: it is charged to the
+    /// current operation, and the time it takes counts as the daemon's.
+    pub(super) async fn on_daemon<T>(
+        &self,
+        bytes_planted: u64,
+        call: impl Future<Output = T>,
+    ) -> T {
+        charge(1, bytes_planted);
+        let start = Instant::now();
+        let out = call.await;
+        charge_wait(start.elapsed());
+        out
+    }
+
+    /// A fresh VM no ledger holds yet (the warm pool's own).
+    pub(super) async fn create_unrecorded(&self, lang: Lang) -> Result<String, SandboxError> {
+        self.on_daemon(0, self.sandbox.create(self.create_params(lang)))
+            .await
+    }
+
+    /// A fresh VM, held in `transient` until a record takes it or it stops.
+    pub(super) async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
+        let id = self.create_unrecorded(lang).await?;
+        lock(&self.state).transient.insert(id.clone());
+        Ok(id)
+    }
+
+    /// Stops a VM and forgets it. A VM the daemon already dropped is fine.
+    pub(super) async fn stop_vm(&self, sandbox_id: &str) {
+        match self.on_daemon(0, self.sandbox.stop(sandbox_id)).await {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed"),
+        }
+        lock(&self.state).transient.remove(sandbox_id);
+    }
+
+    /// The stop of a one-shot VM: before the response (default), or after it.
+    pub(super) async fn stop_oneshot(&self, sandbox_id: String) {
+        match (self.config.oneshot_stop, self.me.upgrade()) {
+            (OneshotStop::Background, Some(me)) => {
+                // The stop is the run's cost in calls, not in the caller's wait.
+                charge(1, 0);
+                tokio::spawn(async move { me.stop_vm(&sandbox_id).await });
+            }
+            _ => self.stop_vm(&sandbox_id).await,
+        }
+    }
+
+    pub(crate) async fn exec(
+        &self,
+        sandbox_id: &str,
+        p: ExecParams,
+    ) -> Result<ExecOutput, SandboxError> {
+        self.on_daemon(0, self.sandbox.exec(sandbox_id, p)).await
+    }
+
+    pub(crate) async fn write_file(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<(), SandboxError> {
+        self.on_daemon(
+            content.len() as u64,
+            self.sandbox.write_file(sandbox_id, path, content),
+        )
+        .await
+    }
+}

@@ -1,0 +1,84 @@
+//! One call of a published handler: a fresh interpreter in its namespace
+//! runtime, the answer read from the call's own frame.
+
+use super::failure::{infra_error, tail, EXPIRED_FUNCTION};
+use super::inventory;
+use super::{lock, Manager};
+use crate::error::{redact_uuids, WorkerError};
+use crate::guest::{self, Frame, FrameError, InvokeMode};
+use crate::wire::HandlerPayload;
+use serde_json::Value;
+
+impl Manager {
+    /// One call of a published handler: a fresh interpreter in its runtime.
+    pub(crate) async fn invoke(
+        &self,
+        function_id: &str,
+        payload: HandlerPayload,
+    ) -> Result<Value, WorkerError> {
+        let rt = {
+            let st = lock(&self.state);
+            st.functions
+                .get(function_id)
+                .and_then(|id| st.runtimes.get(id))
+                .cloned()
+        }
+        .ok_or_else(|| WorkerError::RuntimeNotFound("the function's runtime is gone".into()))?;
+        let path = lock(&rt.functions)
+            .get(function_id)
+            .cloned()
+            .ok_or_else(|| WorkerError::RuntimeNotFound("the function was unregistered".into()))?;
+        let budget = self.config.clamp_timeout(None);
+        let secret = guest::new_secret();
+        let slot = rt.slot.lock().await;
+        let timed = inventory::Timed::start(&rt.meta);
+        let out = self
+            .exec(
+                &rt.sandbox_id,
+                Manager::for_runtime(
+                    &rt,
+                    guest::invoke_exec(
+                        rt.lang,
+                        function_id,
+                        &path,
+                        InvokeMode::Call,
+                        payload.value(),
+                        &secret,
+                        budget,
+                    ),
+                ),
+            )
+            .await;
+        drop(timed);
+        drop(slot);
+        let out = match out {
+            Ok(o) => o,
+            Err(e) if e.is_gone() => {
+                self.expire(&rt);
+                return Err(WorkerError::Expired(EXPIRED_FUNCTION.into()));
+            }
+            Err(e) => return Err(infra_error(e, budget)),
+        };
+        let frame = guest::parse_frame(&out.stdout, &secret);
+        if !out.stderr.is_empty() {
+            tracing::debug!(function_id, output = %redact_uuids(&tail(&out.stderr, 4000)), "handler output");
+        }
+        match frame {
+            Frame::Ok(v) => Ok(v),
+            Frame::Err { kind, message } => Err(WorkerError::HandlerError(match kind {
+                FrameError::NotJson => {
+                    format!("handler returned a value JSON cannot represent: {message}")
+                }
+                FrameError::Throw
+                | FrameError::NoHandler
+                | FrameError::AsyncHandler
+                | FrameError::LoadError => format!("handler raised: {}", tail(&message, 2000)),
+            })),
+            Frame::Missing => Err(WorkerError::HandlerError(format!(
+                "handler process ended (exit {:?}) without a result: {}",
+                out.exit_code,
+                tail(&out.stderr, 2000)
+            ))),
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The `run` operation: one-shot and kept runs on a fresh (or warm) VM, and
+//! runs in a kept runtime, one exec at a time.
+
+use std::time::Duration;
+
+use super::failure::{infra_error, EXPIRED_RUN};
+use super::inventory;
+use super::records::{Runtime, SdkState};
+use super::{lock, Manager};
+use crate::error::WorkerError;
+use crate::events::EventKind;
+use crate::guest;
+use crate::ids::{Lang, RuntimeId};
+use crate::sandbox::ExecOutput;
+use crate::wire::RunResponse;
+
+impl Manager {
+    fn response(&self, out: ExecOutput, runtime_id: Option<String>) -> RunResponse {
+        let cap = self.config.max_stream_bytes;
+        RunResponse {
+            stdout: guest::cap_stream(&out.stdout, cap, "stdout"),
+            stderr: guest::cap_stream(&out.stderr, cap, "stderr"),
+            exit_code: out.exit_code.map(i64::from).unwrap_or(-1),
+            success: out.exit_code == Some(0),
+            duration_ms: out.duration_ms,
+            runtime_id,
+        }
+    }
+
+    /// `run` without a runtime: one-shot, or keep.
+    pub async fn run_fresh(
+        &self,
+        lang: Lang,
+        code: &str,
+        keep: bool,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, WorkerError> {
+        let uses_iii = guest::names_iii(code);
+        // One token per run; a kept run's becomes its runtime's.
+        let token = self.mint_guest_token(None);
+        let mut attempt = 0;
+        let (sandbox_id, out) = loop {
+            attempt += 1;
+            let (sandbox_id, pooled) = self
+                .acquire_vm(lang)
+                .await
+                .map_err(|e| infra_error(e, timeout_ms))?;
+            let outcome = async {
+                if uses_iii {
+                    self.prepare_sdk(&sandbox_id, lang, true).await?;
+                }
+                self.exec(
+                    &sandbox_id,
+                    Manager::with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref()),
+                )
+                .await
+            }
+            .await;
+            match outcome {
+                Ok(out) => break (sandbox_id, out),
+                // A pooled VM reaped while it waited is replaced silently.
+                Err(e) if pooled && e.is_gone() && attempt == 1 => {
+                    lock(&self.state).transient.remove(&sandbox_id);
+                    continue;
+                }
+                Err(e) => {
+                    self.stop_vm(&sandbox_id).await;
+                    return Err(infra_error(e, timeout_ms));
+                }
+            }
+        };
+        if keep && out.exit_code == Some(0) {
+            let id = RuntimeId::generate();
+            let sdk = if uses_iii {
+                SdkState::Prepared
+            } else {
+                SdkState::Absent
+            };
+            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token);
+            rt.meta.used(Duration::from_millis(out.duration_ms));
+            {
+                let mut st = lock(&self.state);
+                st.transient.remove(&sandbox_id);
+                st.runtimes.insert(id.clone(), rt.clone());
+            }
+            self.lifecycle(EventKind::RuntimeCreated, &rt, None);
+            tracing::info!(lang = %lang, "kept a runtime");
+            return Ok(self.response(out, Some(id.expose().to_string())));
+        }
+        // One-shot, or a failed keep run: the VM never serves anyone again,
+        // and its token is revoked before the caller hears back.
+        drop(token);
+        if keep {
+            self.stop_vm(&sandbox_id).await;
+        } else {
+            self.stop_oneshot(sandbox_id).await;
+        }
+        Ok(self.response(out, None))
+    }
+
+    /// `run` in a kept runtime.
+    pub async fn run_in(
+        &self,
+        id: &RuntimeId,
+        lang: Option<Lang>,
+        code: &str,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, WorkerError> {
+        let rt = lock(&self.state)
+            .runtimes
+            .get(id)
+            .cloned()
+            .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
+        if let Some(lang) = lang {
+            if lang != rt.lang {
+                return Err(WorkerError::invalid(
+                    "lang",
+                    format!(
+                        "this runtime runs {}; omit `lang` or pass \"{}\"",
+                        rt.lang, rt.lang
+                    ),
+                ));
+            }
+        }
+        let mut slot = rt.slot.lock().await;
+        let timed = inventory::Timed::start(&rt.meta);
+        let outcome = async {
+            if slot.sdk == SdkState::Absent && guest::names_iii(code) {
+                self.prepare_sdk(&rt.sandbox_id, rt.lang, slot.pristine)
+                    .await?;
+                slot.sdk = SdkState::Prepared;
+            }
+            slot.pristine = false;
+            self.exec(
+                &rt.sandbox_id,
+                Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
+            )
+            .await
+        }
+        .await;
+        drop(timed);
+        drop(slot);
+        match outcome {
+            Ok(out) => Ok(self.response(out, Some(id.expose().to_string()))),
+            Err(e) if e.is_gone() => {
+                self.expire(&rt);
+                Err(WorkerError::Expired(EXPIRED_RUN.into()))
+            }
+            Err(e) => Err(infra_error(e, timeout_ms)),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Guest SDK preparation: making `iii` importable in a VM, once, for code
+//! that names it (the node bundle is planted here; python goes through
+//! `python_sdk`).
+
+use super::Manager;
+use crate::error::redact_uuids;
+use crate::guest;
+use crate::ids::Lang;
+use crate::sandbox::SandboxError;
+
+impl Manager {
+    /// Makes the guest SDK available, once per VM, for code that names `iii`.
+    /// A failure is not the caller's: the run goes on and `iii` explains.
+    /// Only a VM that is gone is an error. `pristine`: no tenant code ran in
+    /// the VM yet.
+    pub(super) async fn prepare_sdk(
+        &self,
+        sandbox_id: &str,
+        lang: Lang,
+        pristine: bool,
+    ) -> Result<(), SandboxError> {
+        match lang {
+            Lang::Node => {
+                let r = self
+                    .write_file(sandbox_id, guest::NODE_SDK_PATH, guest::NODE_SDK_BUNDLE)
+                    .await;
+                match r {
+                    Err(e) if e.is_gone() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the node SDK failed")
+                    }
+                    Ok(()) => {}
+                }
+            }
+            Lang::Python => self.prepare_python_sdk(sandbox_id, pristine).await?,
+        }
+        Ok(())
+    }
+}

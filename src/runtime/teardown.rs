@@ -1,0 +1,121 @@
+//! How runtimes leave the worker: teardown on request, expiry when the
+//! daemon reaped the VM, and the boot-time sweep of a predecessor's orphans.
+//! Each unpublishes the runtime's functions and revokes its guests' token.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::records::Runtime;
+use super::{lock, Manager};
+use crate::error::WorkerError;
+use crate::events::EventKind;
+use crate::ids::{Namespace, RuntimeId};
+use crate::sandbox::SandboxError;
+use crate::wire::TeardownResponse;
+
+impl Manager {
+    /// Forgets a runtime whose VM the daemon dropped, and unpublishes its
+    /// functions. Later calls with its id get `runtime_not_found`.
+    pub(super) fn expire(&self, rt: &Arc<Runtime>) -> Vec<String> {
+        tracing::info!(lang = %rt.lang, namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
+        let unregistered = self.forget(rt);
+        self.lifecycle_end(EventKind::RuntimeExpired, rt, &unregistered);
+        unregistered
+    }
+
+    pub(super) fn forget(&self, rt: &Arc<Runtime>) -> Vec<String> {
+        let fns: Vec<String> = {
+            let mut f: Vec<String> = lock(&rt.functions).drain().map(|(k, _)| k).collect();
+            f.sort();
+            f
+        };
+        // Its guests can no longer connect.
+        drop(lock(&rt.token).take());
+        if let Some(ns) = &rt.namespace {
+            self.tokens.release(ns.as_str());
+        }
+        {
+            let mut st = lock(&self.state);
+            st.runtimes.remove(&rt.id);
+            if let Some(ns) = &rt.namespace {
+                if st.namespaces.get(&(ns.clone(), rt.lang)) == Some(&rt.id) {
+                    st.namespaces.remove(&(ns.clone(), rt.lang));
+                }
+            }
+            for f in &fns {
+                st.functions.remove(f);
+            }
+        }
+        for f in &fns {
+            self.bus.unpublish(f);
+        }
+        fns
+    }
+
+    pub(crate) async fn teardown_runtime(
+        &self,
+        id: &RuntimeId,
+    ) -> Result<TeardownResponse, WorkerError> {
+        let rt = lock(&self.state)
+            .runtimes
+            .get(id)
+            .cloned()
+            .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
+        let unregistered = self.forget(&rt);
+        self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
+        self.stop_vm(&rt.sandbox_id).await;
+        Ok(TeardownResponse {
+            runtime_id: Some(id.expose().to_string()),
+            namespace: None,
+            torn_down: true,
+            unregistered,
+        })
+    }
+
+    pub(crate) async fn teardown_namespace(
+        &self,
+        ns: &Namespace,
+    ) -> Result<TeardownResponse, WorkerError> {
+        let rts: Vec<Arc<Runtime>> = {
+            let st = lock(&self.state);
+            st.namespaces
+                .iter()
+                .filter(|((n, _), _)| n == ns)
+                .filter_map(|(_, id)| st.runtimes.get(id).cloned())
+                .collect()
+        };
+        if rts.is_empty() {
+            return Err(WorkerError::RuntimeNotFound(format!(
+                "no live runtime backs namespace {}",
+                ns.canonical()
+            )));
+        }
+        let mut unregistered = BTreeSet::new();
+        for rt in rts {
+            let fns = self.forget(&rt);
+            self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &fns);
+            unregistered.extend(fns);
+            self.stop_vm(&rt.sandbox_id).await;
+        }
+        Ok(TeardownResponse {
+            runtime_id: None,
+            namespace: Some(ns.canonical()),
+            torn_down: true,
+            unregistered: unregistered.into_iter().collect(),
+        })
+    }
+
+    /// Stops what a crashed predecessor of this owner left running.
+    pub async fn sweep_orphans(&self) -> Result<usize, SandboxError> {
+        let listed = self.on_daemon(0, self.sandbox.list()).await?;
+        let mut stopped = 0;
+        for s in listed {
+            if s.name.as_deref().is_some_and(|n| self.naming.is_orphan(n)) {
+                self.stop_vm(&s.sandbox_id).await;
+                stopped += 1;
+            }
+        }
+        self.lifecycle_swept(stopped);
+        Ok(stopped)
+    }
+}

@@ -1,0 +1,128 @@
+//! The worker's layering, checked on its own sources: which module may know
+//! what (ARCHITECTURE.md, "Invariants"), and the size and doc of each module
+//! ("Code map").
+
+use std::path::{Path, PathBuf};
+
+fn sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("src/ is readable") {
+            let p = e.expect("a directory entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    assert!(files.len() > 10, "found the worker's sources");
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// Quoted literals of `text` that satisfy `is_match`.
+fn literals(text: &str, is_match: impl Fn(&str) -> bool) -> Vec<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| is_match(s))
+        .map(str::to_string)
+        .collect()
+}
+
+fn is_s_code(s: &str) -> bool {
+    s.len() == 4 && s.starts_with('S') && s[1..].bytes().all(|b| b.is_ascii_digit())
+}
+
+fn is_daemon_fn(s: &str) -> bool {
+    s.strip_prefix("sandbox::").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b':' || b == b'_')
+    })
+}
+
+#[test]
+fn only_sandbox_interprets_daemon_s_codes() {
+    for (file, text) in sources() {
+        if file == "sandbox.rs" {
+            assert!(
+                !literals(&text, is_s_code).is_empty(),
+                "sandbox.rs decides S-codes"
+            );
+            continue;
+        }
+        assert_eq!(
+            literals(&text, is_s_code),
+            Vec::<String>::new(),
+            "{file} reads an S-code"
+        );
+        assert!(!text.contains("s_code()"), "{file} reads an S-code");
+    }
+}
+
+#[test]
+fn only_sandbox_names_daemon_functions() {
+    for (file, text) in sources() {
+        // guest_access lists them only to forbid them to guests.
+        if file == "sandbox.rs" || file == "guest_access.rs" {
+            continue;
+        }
+        assert_eq!(
+            literals(&text, is_daemon_fn),
+            Vec::<String>::new(),
+            "{file} names a sandbox::* function"
+        );
+    }
+}
+
+#[test]
+fn only_wire_knows_the_engine_bookkeeping_fields() {
+    for (file, text) in sources() {
+        if file == "wire.rs" {
+            continue;
+        }
+        assert!(
+            !text.contains("_caller_worker_id"),
+            "{file} handles the raw request JSON"
+        );
+    }
+}
+
+#[test]
+fn the_manager_never_sees_json_requests() {
+    for (file, text) in sources() {
+        if file.starts_with("runtime/") {
+            assert!(!text.contains("wire::decode"), "{file} decodes a request");
+            assert!(
+                !text.contains("Value::Object"),
+                "{file} takes a request apart"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_module_states_its_job_and_stays_under_600_lines() {
+    for (file, text) in sources() {
+        assert!(
+            text.starts_with("//! "),
+            "{file} opens with its one-line job"
+        );
+        let lines = text.lines().count();
+        assert!(lines <= 600, "{file} has {lines} lines");
+    }
+}
