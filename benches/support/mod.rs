@@ -35,7 +35,7 @@ pub fn vm_like() -> SandboxLimits {
 
 /// Where the benches run.
 pub enum Target {
-    Hermetic(Bench),
+    Hermetic(Box<Bench>),
     Live(String),
 }
 
@@ -61,7 +61,7 @@ impl Target {
                 })
                 .await
                 .expect("hermetic bench starts");
-                Target::Hermetic(bench)
+                Target::Hermetic(Box::new(bench))
             }
         }
     }
