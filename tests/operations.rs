@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use code_runner_conformance::engine::StandInEngine;
-use code_runner_conformance::sandbox_double::SandboxDouble;
+use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::sandbox_double::SandboxDouble;
 use common::{wait_for, Harness};
 use iii_sdk::RegisterFunction;
 use serde_json::{json, Value};
@@ -252,7 +252,7 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
         .kill_on_drop(true)
         .spawn()
         .expect("worker starts");
-    let client = code_runner_conformance::client::connect(&url, "stop-caller")
+    let client = code_runner_conformance::standin::client::connect(&url, "stop-caller")
         .await
         .unwrap();
     let ready = wait_for(Duration::from_secs(30), || async {

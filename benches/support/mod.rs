@@ -11,8 +11,8 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
-use code_runner_conformance::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::{json, Value};
@@ -35,7 +35,7 @@ pub fn vm_like() -> SandboxLimits {
 
 /// Where the benches run.
 pub enum Target {
-    Hermetic(Bench),
+    Hermetic(Stack),
     Live(String),
 }
 
@@ -53,7 +53,7 @@ impl Target {
                      iii-sandbox on a host whose KVM boots guests) to run them; running against the \
                      hermetic bench in its VM-like profile (boot 300 ms, stop grace 200 ms)"
                 );
-                let bench = Bench::start(BenchOptions {
+                let bench = Stack::start(StackOptions {
                     port: 0,
                     engine: None,
                     limits: vm_like(),
@@ -142,7 +142,7 @@ impl Worker {
     }
 }
 
-pub use code_runner_conformance::wait::until as wait_until;
+pub use code_runner_conformance::standin::wait::until as wait_until;
 
 /// Whether the bench group `name` runs: all of them unless
 /// `SCR_BENCH_GROUPS` lists some (comma-separated), e.g. for a quick profile.

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
-use code_runner_conformance::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::Value;
@@ -20,7 +20,7 @@ pub struct CallError {
 }
 
 pub struct Harness {
-    pub bench: Bench,
+    pub bench: Stack,
     pub client: IIIClient,
     worker: Option<tokio::process::Child>,
     config_path: PathBuf,
@@ -28,7 +28,7 @@ pub struct Harness {
     dir: PathBuf,
 }
 
-pub use code_runner_conformance::wait::until as wait_for;
+pub use code_runner_conformance::standin::wait::until as wait_for;
 
 pub fn test_limits() -> SandboxLimits {
     SandboxLimits {
@@ -60,7 +60,7 @@ impl Harness {
     async fn start_opts(config: &str, limits: SandboxLimits, configuration: bool) -> Harness {
         let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: None,
             limits,
@@ -81,7 +81,7 @@ impl Harness {
         }
         std::fs::write(&config_path, config).expect("config written");
         let log_path = dir.join("worker.log");
-        let client = code_runner_conformance::client::connect(&bench.url(), "e2e-caller")
+        let client = code_runner_conformance::standin::client::connect(&bench.url(), "e2e-caller")
             .await
             .expect("client connects");
         let mut h = Harness {
@@ -293,7 +293,7 @@ impl iii_sdk::trigger::TriggerHandler for Recorder {
 
 impl TriggerProvider {
     pub async fn start(url: &str, types: &[&str]) -> TriggerProvider {
-        let client = code_runner_conformance::client::connect(url, "trigger-provider")
+        let client = code_runner_conformance::standin::client::connect(url, "trigger-provider")
             .await
             .expect("provider connects");
         let active = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::env::{WorkerCommand, DEFAULT_ENGINE_PORT};
 use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
-use crate::report::LevelGate;
+use crate::suite::report::LevelGate;
 
 /// `code-runner-conformance run`.
 #[derive(clap::Args, Debug, Clone)]

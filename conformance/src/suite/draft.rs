@@ -404,7 +404,7 @@ pub async fn draft(
     let targets =
         Target::load_all(&golden.targets()).map_err(|e| SuiteError::Golden(e.to_string()))?;
     let features = target::known_features(&targets);
-    let client = crate::client::connect(url, "code-runner-conformance")
+    let client = crate::standin::client::connect(url, "code-runner-conformance")
         .await
         .map_err(|e| SuiteError::Environment(format!("cannot connect to {url}: {e}")))?;
     let o = observe(&client, prefix).await;

@@ -24,10 +24,10 @@ use iii_sdk::IIIClient;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
-use crate::bench::{Bench, BenchOptions, GuestGate, ListenerLayout};
-use crate::config_double::ConfigDouble;
-use crate::engine::StandInEngine;
-use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::config_double::ConfigDouble;
+use crate::standin::engine::StandInEngine;
+use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::stack::{GuestGate, ListenerLayout, Stack, StackOptions};
 
 use super::case::{Boot, EnvSpec, UrlVia};
 use super::engine_bin::EngineProcess;
@@ -482,7 +482,7 @@ pub struct Env {
     pub client: IIIClient,
     /// Full ids of the target's functions (readiness).
     functions: Vec<String>,
-    bench: Option<Bench>,
+    bench: Option<Stack>,
     engine: Option<StandInEngine>,
     /// A real engine binary this environment started.
     engine_process: Option<EngineProcess>,
@@ -497,7 +497,7 @@ pub struct Env {
 }
 
 async fn connect(url: &str) -> Result<IIIClient, EnvError> {
-    crate::client::connect(url, "code-runner-conformance")
+    crate::standin::client::connect(url, "code-runner-conformance")
         .await
         .map_err(|e| EnvError::Failed(format!("the suite's client cannot connect to {url}: {e}")))
 }
@@ -545,8 +545,8 @@ impl Env {
         layout: ListenerLayout,
     ) -> Result<Env, EnvError> {
         let limits = suite_limits();
-        let bench = Bench::start_with_layout(
-            BenchOptions {
+        let bench = Stack::start_with_layout(
+            StackOptions {
                 port: 0,
                 engine: None,
                 limits: limits.clone(),
@@ -593,7 +593,7 @@ impl Env {
         let url = format!("ws://127.0.0.1:{host_port}");
         let until = Instant::now() + READY_DEADLINE;
         let client = loop {
-            match crate::client::connect(&url, "code-runner-conformance").await {
+            match crate::standin::client::connect(&url, "code-runner-conformance").await {
                 Ok(c) => break c,
                 Err(e) if Instant::now() >= until => {
                     return Err(EnvError::Failed(format!(
@@ -604,7 +604,7 @@ impl Env {
             }
         };
         let limits = suite_limits();
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: Some(url.clone()),
             limits: limits.clone(),
@@ -635,7 +635,7 @@ impl Env {
         let url = engine.url();
         let client = connect(&url).await?;
         let limits = suite_limits();
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: Some(url.clone()),
             limits: limits.clone(),

@@ -22,6 +22,7 @@ pub mod errors;
 pub mod expectations;
 pub mod matcher;
 pub mod published;
+pub mod report;
 pub mod runner;
 pub mod schema;
 pub mod target;
@@ -36,7 +37,7 @@ use futures_util::StreamExt;
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::{json, Value};
 
-use crate::report::{CaseReport, LevelGate, Progress, Report};
+use crate::suite::report::{CaseReport, LevelGate, Progress, Report};
 use case::{Case, Level};
 use env::{Env, EnvError, WorkerCommand};
 use errors::{ErrorTable, Observed, Violation};
@@ -375,9 +376,9 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     // run: main listener host-only, guests on an RBAC listener. Any other
     // worker gets the engine's default, one listener its guests can reach.
     let layout = if loaded.target.check("guest_listener").is_ok() {
-        crate::bench::ListenerLayout::guarded(&prefix, 0)
+        crate::standin::stack::ListenerLayout::guarded(&prefix, 0)
     } else {
-        crate::bench::ListenerLayout::open()
+        crate::standin::stack::ListenerLayout::open()
     };
     let (env, worker_cmd, private_ok) = match &opts.mode {
         Mode::EngineBin { bin, worker_cmd } => {

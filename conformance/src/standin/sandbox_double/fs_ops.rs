@@ -675,9 +675,9 @@ fn make_child(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox_double::error::SCode;
-    use crate::sandbox_double::image_layer::testing::TempLayer;
-    use crate::sandbox_double::isolation::{HostLayout, Scratch};
+    use crate::standin::sandbox_double::error::SCode;
+    use crate::standin::sandbox_double::image_layer::testing::TempLayer;
+    use crate::standin::sandbox_double::isolation::{HostLayout, Scratch};
     use rstest::rstest;
 
     struct Fixture {

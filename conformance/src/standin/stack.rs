@@ -1,11 +1,13 @@
-//! The hermetic bench: the stand-in engine plus the iii-sandbox double, in
+//! The hermetic stack: the stand-in engine plus the iii-sandbox double, in
 //! one process, as `serve` runs them and as tests embed them.
 
 use std::path::PathBuf;
 
-use crate::config_double::ConfigDouble;
-use crate::engine::{EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine};
-use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::config_double::ConfigDouble;
+use crate::standin::engine::{
+    EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine,
+};
+use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 
 /// The host-only address of the stand-in's main listener: the double's
 /// sandbox gateway, like the real one, reaches only the host's 127.0.0.1.
@@ -35,7 +37,7 @@ pub fn guest_rbac(prefix: &str) -> RbacConfig {
 
 /// What to start.
 #[derive(Debug, Clone, Default)]
-pub struct BenchOptions {
+pub struct StackOptions {
     /// Stand-in engine port (0 = any). Ignored when `engine` is set.
     pub port: u16,
     /// A real engine to attach the daemon double to, instead of the stand-in.
@@ -47,7 +49,7 @@ pub struct BenchOptions {
 
 /// Why the bench could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum StackError {
     #[error(
         "stand-in engine cannot bind its main port {port} or its 127.0.0.1 guest port: {source}"
     )]
@@ -64,7 +66,7 @@ pub enum BenchError {
 
 /// A running bench. Dropping it without `shutdown` leaves sandboxes to the
 /// double's own drop; call `shutdown` to stop them deterministically.
-pub struct Bench {
+pub struct Stack {
     engine: Option<StandInEngine>,
     url: String,
     sandbox: SandboxDouble,
@@ -74,7 +76,7 @@ pub struct Bench {
 /// Where the stand-in's listeners go.
 #[derive(Debug, Clone)]
 pub struct ListenerLayout {
-    /// The main listener's host (its port is `BenchOptions::port`).
+    /// The main listener's host (its port is `StackOptions::port`).
     pub main_host: std::net::Ipv4Addr,
     /// The RBAC guest listener on 127.0.0.1, if any.
     pub guest: Option<GuestGate>,
@@ -121,17 +123,17 @@ impl Default for ListenerLayout {
     }
 }
 
-impl Bench {
+impl Stack {
     /// Starts with the default [`ListenerLayout`].
-    pub async fn start(options: BenchOptions) -> Result<Bench, BenchError> {
-        Bench::start_with_layout(options, ListenerLayout::default()).await
+    pub async fn start(options: StackOptions) -> Result<Stack, StackError> {
+        Stack::start_with_layout(options, ListenerLayout::default()).await
     }
 
     /// Starts with the stand-in's listeners where `layout` says.
     pub async fn start_with_layout(
-        options: BenchOptions,
+        options: StackOptions,
         layout: ListenerLayout,
-    ) -> Result<Bench, BenchError> {
+    ) -> Result<Stack, StackError> {
         let (engine, url) = match options.engine {
             Some(url) => (None, url),
             None => {
@@ -147,7 +149,7 @@ impl Bench {
                     }),
                 })
                 .await
-                .map_err(|source| BenchError::Bind {
+                .map_err(|source| StackError::Bind {
                     port: options.port,
                     source,
                 })?;
@@ -157,16 +159,16 @@ impl Bench {
         };
         let sandbox = SandboxDouble::start(&url, options.limits)
             .await
-            .map_err(|e| BenchError::Sandbox(e.to_string()))?;
+            .map_err(|e| StackError::Sandbox(e.to_string()))?;
         let configuration = match &options.configuration_dir {
             Some(dir) => Some(
                 ConfigDouble::start(&url, dir)
                     .await
-                    .map_err(|e| BenchError::Configuration(e.to_string()))?,
+                    .map_err(|e| StackError::Configuration(e.to_string()))?,
             ),
             None => None,
         };
-        Ok(Bench {
+        Ok(Stack {
             engine,
             url,
             sandbox,

@@ -446,7 +446,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox_double::error::SCode;
+    use crate::standin::sandbox_double::error::SCode;
     use rstest::rstest;
 
     fn s(v: &[&str]) -> Vec<String> {

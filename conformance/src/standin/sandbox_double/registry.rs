@@ -428,9 +428,9 @@ pub async fn run_reaper(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox_double::error::SCode;
-    use crate::sandbox_double::image_layer::testing::TempLayer;
-    use crate::sandbox_double::isolation::HostLayout;
+    use crate::standin::sandbox_double::error::SCode;
+    use crate::standin::sandbox_double::image_layer::testing::TempLayer;
+    use crate::standin::sandbox_double::isolation::HostLayout;
 
     /// One layer for every test here (none of them writes into it).
     static TEST_LAYER: std::sync::OnceLock<TempLayer> = std::sync::OnceLock::new();
