@@ -28,10 +28,10 @@ use nix::sys::stat::Mode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::error::{from_io, SandboxError};
+use super::daemon::{parse_id, wait_for_boot, Daemon};
+use super::error::{from_io, DaemonError};
 use super::guest_path::{split_parent, GuestView, Region, ResolveError, Resolved};
 use super::image_layer::{is_opaque, mark_opaque, Found, ImageLayer};
-use super::lifecycle::{parse_id, wait_for_boot, Daemon};
 
 /// Files under this size come back inline as `body`.
 pub const INLINE_CAP: usize = 1024 * 1024;
@@ -135,27 +135,27 @@ pub struct MkdirResponse {
 
 /// Handles `sandbox::fs::write`: body checks, then S001/S002/S004, then
 /// the write.
-pub async fn handle_write(d: &Daemon, req: WriteRequest) -> Result<WriteResponse, SandboxError> {
+pub async fn handle_write(d: &Daemon, req: WriteRequest) -> Result<WriteResponse, DaemonError> {
     let bytes = match (req.content, req.content_b64) {
         (Some(WriteContent::Utf8(s)), None) => s.into_bytes(),
         (Some(WriteContent::Stream(_)), None) => {
-            return Err(SandboxError::FsIo(
+            return Err(DaemonError::FsIo(
                 "channel read: data channels are not available on the iii-sandbox double; send `content` as a string or use `content_b64`".to_string(),
             ))
         }
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD
             .decode(b64.as_bytes())
             .map_err(|e| {
-                SandboxError::InvalidRequest(format!("content_b64 is not valid base64: {e}"))
+                DaemonError::InvalidRequest(format!("content_b64 is not valid base64: {e}"))
             })?,
         (Some(_), Some(_)) => {
-            return Err(SandboxError::InvalidRequest(
+            return Err(DaemonError::InvalidRequest(
                 "set either `content` (string or StreamChannelRef) or `content_b64`, not both"
                     .into(),
             ))
         }
         (None, None) => {
-            return Err(SandboxError::InvalidRequest(
+            return Err(DaemonError::InvalidRequest(
                 "missing file body: set `content` (string or StreamChannelRef) or `content_b64`"
                     .into(),
             ))
@@ -170,7 +170,7 @@ pub async fn handle_write(d: &Daemon, req: WriteRequest) -> Result<WriteResponse
 }
 
 /// Handles `sandbox::fs::read`.
-pub async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, SandboxError> {
+pub async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
@@ -179,7 +179,7 @@ pub async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, S
 }
 
 /// Handles `sandbox::fs::mkdir`.
-pub async fn handle_mkdir(d: &Daemon, req: MkdirRequest) -> Result<MkdirResponse, SandboxError> {
+pub async fn handle_mkdir(d: &Daemon, req: MkdirRequest) -> Result<MkdirResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
@@ -188,11 +188,11 @@ pub async fn handle_mkdir(d: &Daemon, req: MkdirRequest) -> Result<MkdirResponse
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
-) -> Result<T, SandboxError> {
+    f: impl FnOnce() -> Result<T, DaemonError> + Send + 'static,
+) -> Result<T, DaemonError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| SandboxError::FsIo(format!("fs worker: {e}")))?
+        .map_err(|e| DaemonError::FsIo(format!("fs worker: {e}")))?
 }
 
 // ---------------------------------------------------------------------------
@@ -200,39 +200,39 @@ async fn blocking<T: Send + 'static>(
 // ---------------------------------------------------------------------------
 
 /// Parses an octal mode such as `0755`; S210 otherwise.
-pub fn parse_mode(mode: &str) -> Result<u32, SandboxError> {
+pub fn parse_mode(mode: &str) -> Result<u32, DaemonError> {
     let digits = mode.trim_start_matches('0');
     let digits = if digits.is_empty() { "0" } else { digits };
     u32::from_str_radix(digits, 8)
         .ok()
         .filter(|bits| *bits <= 0o7777)
-        .ok_or_else(|| SandboxError::FsInvalidRequest(format!("invalid octal mode: {mode}")))
+        .ok_or_else(|| DaemonError::FsInvalidRequest(format!("invalid octal mode: {mode}")))
 }
 
 fn os_err(code: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(code)
 }
 
-fn special(path: &str) -> SandboxError {
-    SandboxError::FsPermission(format!(
+fn special(path: &str) -> DaemonError {
+    DaemonError::FsPermission(format!(
         "{path}: /dev and /proc exist only inside an exec on the iii-sandbox double"
     ))
 }
 
-fn resolve(view: &GuestView, path: &str, original: &str) -> Result<Resolved, SandboxError> {
+fn resolve(view: &GuestView, path: &str, original: &str) -> Result<Resolved, DaemonError> {
     view.resolve(path, true).map_err(|e| match e {
         ResolveError::Relative(_) | ResolveError::Nul => {
-            SandboxError::FsInvalidRequest(format!("{e}: {original}"))
+            DaemonError::FsInvalidRequest(format!("{e}: {original}"))
         }
         ResolveError::Loop => from_io(original, &os_err(libc::ELOOP)),
     })
 }
 
-fn require_absolute(path: &str) -> Result<(), SandboxError> {
+fn require_absolute(path: &str) -> Result<(), DaemonError> {
     if path.starts_with('/') {
         Ok(())
     } else {
-        Err(SandboxError::FsInvalidRequest(format!(
+        Err(DaemonError::FsInvalidRequest(format!(
             "path must be absolute: {path}"
         )))
     }
@@ -308,7 +308,7 @@ pub fn write_file(
     mode: &str,
     parents: bool,
     bytes: &[u8],
-) -> Result<WriteResponse, SandboxError> {
+) -> Result<WriteResponse, DaemonError> {
     let bits = parse_mode(mode)?;
     require_absolute(path)?;
     let Some((parent_path, name)) = split_parent(path) else {
@@ -339,7 +339,7 @@ pub fn write_file(
     let dir = match dir {
         Ok(fd) => fd,
         Err(e) if !parents && e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(SandboxError::FsParentNotFound(format!(
+            return Err(DaemonError::FsParentNotFound(format!(
                 "parent not found: {parent_path}"
             )))
         }
@@ -387,7 +387,7 @@ fn write_atomically(dir: &OwnedFd, name: &OsStr, bits: u32, bytes: &[u8]) -> std
 
 /// Reads `path`: metadata always, the body inline when it is valid UTF-8
 /// and under 1 MiB.
-pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, SandboxError> {
+pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, DaemonError> {
     require_absolute(path)?;
     let target = resolve(view, path, path)?;
     let io = |e: std::io::Error| from_io(path, &e);
@@ -420,10 +420,10 @@ pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, SandboxEr
     };
     let meta = file.metadata().map_err(io)?;
     if meta.is_dir() {
-        return Err(SandboxError::FsWrongType(format!("is a directory: {path}")));
+        return Err(DaemonError::FsWrongType(format!("is a directory: {path}")));
     }
     if !meta.is_file() {
-        return Err(SandboxError::FsIo(format!("{path}: not a regular file")));
+        return Err(DaemonError::FsIo(format!("{path}: not a regular file")));
     }
     let size = meta.len();
     let mut body = None;
@@ -431,7 +431,7 @@ pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, SandboxEr
         let mut buf = Vec::with_capacity(size as usize);
         file.take(INLINE_CAP as u64)
             .read_to_end(&mut buf)
-            .map_err(|e| SandboxError::FsIo(format!("read buffer: {e}")))?;
+            .map_err(|e| DaemonError::FsIo(format!("read buffer: {e}")))?;
         if buf.len() < INLINE_CAP {
             body = String::from_utf8(buf).ok();
         }
@@ -452,7 +452,7 @@ pub fn make_dir(
     path: &str,
     mode: &str,
     parents: bool,
-) -> Result<MkdirResponse, SandboxError> {
+) -> Result<MkdirResponse, DaemonError> {
     let bits = parse_mode(mode)?;
     require_absolute(path)?;
     let target = resolve(view, path, path)?;
@@ -469,7 +469,7 @@ pub fn make_dir(
         if parents {
             return Ok(MkdirResponse { created: false });
         }
-        return Err(SandboxError::FsAlreadyExists(format!(
+        return Err(DaemonError::FsAlreadyExists(format!(
             "path already exists: {path}"
         )));
     }
@@ -711,7 +711,7 @@ mod tests {
         }
     }
 
-    fn code<T: std::fmt::Debug>(r: Result<T, SandboxError>) -> (SCode, String) {
+    fn code<T: std::fmt::Debug>(r: Result<T, DaemonError>) -> (SCode, String) {
         let e = r.expect_err("expected an error");
         (e.code(), e.to_string())
     }
