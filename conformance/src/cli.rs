@@ -114,7 +114,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                print_error(&e);
                 ExitCode::from(2)
             }
         },
@@ -138,7 +138,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     let bench = match Stack::start_with_layout(options, layout).await {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("error: {e}");
+            print_error(&e);
             return ExitCode::FAILURE;
         }
     };
@@ -164,5 +164,16 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// Prints `error: <e>`, then each `source()` of the chain on its own line,
+/// so a failure keeps every cause up to the terminal.
+pub fn print_error(e: &dyn std::error::Error) {
+    eprintln!("error: {e}");
+    let mut next = e.source();
+    while let Some(cause) = next {
+        eprintln!("  caused by: {cause}");
+        next = cause.source();
     }
 }

@@ -49,8 +49,42 @@ pub enum EnvError {
     /// affected cases are skipped with this reason.
     #[error("{0}")]
     Unavailable(String),
+    /// A check failed; the message says what was expected.
     #[error("{0}")]
     Failed(String),
+    /// A step failed because of an underlying error, kept as the source.
+    #[error("{context}")]
+    Caused {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl EnvError {
+    /// `context` failed because of `source`.
+    pub fn caused(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> EnvError {
+        EnvError::Caused {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The whole chain on one line (`context: cause: …`), as a case report
+    /// shows it.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
 }
 
 /// The worker command line (`--worker-cmd`), without `--url`/`--config`.
@@ -88,7 +122,7 @@ impl WorkerCommand {
     /// The same, with a choice of when to run `cargo build` first.
     pub fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
         let exe = std::env::current_exe()
-            .map_err(|e| EnvError::Failed(format!("cannot locate the current executable: {e}")))?;
+            .map_err(|e| EnvError::caused("cannot locate the current executable", e))?;
         let mut dir = exe
             .parent()
             .ok_or_else(|| EnvError::Failed("the executable has no directory".into()))?
@@ -220,12 +254,12 @@ impl WorkerProcess {
             rand::random::<u32>()
         ));
         std::fs::create_dir_all(&dir)
-            .map_err(|e| EnvError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| EnvError::caused(format!("cannot create {}", dir.display()), e))?;
         let config_path = match config {
             Some(text) => {
                 let p = dir.join("worker-config.yaml");
                 std::fs::write(&p, text)
-                    .map_err(|e| EnvError::Failed(format!("cannot write {}: {e}", p.display())))?;
+                    .map_err(|e| EnvError::caused(format!("cannot write {}", p.display()), e))?;
                 Some(p)
             }
             None => None,
@@ -249,7 +283,7 @@ impl WorkerProcess {
             .create(true)
             .append(true)
             .open(&self.log_path)
-            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
+            .map_err(|e| EnvError::caused("cannot open the worker log", e))?;
         let mut c = tokio::process::Command::new(&self.cmd.program);
         c.args(&self.cmd.args);
         c.env_remove("III_URL");
@@ -280,16 +314,16 @@ impl WorkerProcess {
         // which stream their logger writes to.
         let log_out = log
             .try_clone()
-            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
+            .map_err(|e| EnvError::caused("cannot open the worker log", e))?;
         c.stdin(Stdio::null())
             .stdout(Stdio::from(log_out))
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
         let child = c.spawn().map_err(|e| {
-            EnvError::Failed(format!(
-                "cannot start the worker `{}`: {e}",
-                self.cmd.program.display()
-            ))
+            EnvError::caused(
+                format!("cannot start the worker `{}`", self.cmd.program.display()),
+                e,
+            )
         })?;
         self.child = Some(child);
         Ok(())
@@ -499,7 +533,7 @@ pub struct Env {
 async fn connect(url: &str) -> Result<IIIClient, EnvError> {
     crate::standin::client::connect(url, "code-runner-conformance")
         .await
-        .map_err(|e| EnvError::Failed(format!("the suite's client cannot connect to {url}: {e}")))
+        .map_err(|e| EnvError::caused(format!("the suite's client cannot connect to {url}"), e))
 }
 
 impl Env {
@@ -555,7 +589,7 @@ impl Env {
             layout,
         )
         .await
-        .map_err(|e| EnvError::Failed(format!("the bench cannot start: {e}")))?;
+        .map_err(|e| EnvError::caused("the stand-in stack cannot start", e))?;
         let url = bench.url();
         let client = connect(&url).await?;
         let mut worker =
@@ -585,20 +619,21 @@ impl Env {
             .with_exposed_port(port.tcp())
             .start()
             .await
-            .map_err(|e| EnvError::Failed(format!("cannot start {image}: {e}")))?;
+            .map_err(|e| EnvError::caused(format!("cannot start {image}"), e))?;
         let host_port = container
             .get_host_port_ipv4(port.tcp())
             .await
-            .map_err(|e| EnvError::Failed(format!("{image} exposes no port {port}: {e}")))?;
+            .map_err(|e| EnvError::caused(format!("{image} exposes no port {port}"), e))?;
         let url = format!("ws://127.0.0.1:{host_port}");
         let until = Instant::now() + READY_DEADLINE;
         let client = loop {
             match crate::standin::client::connect(&url, "code-runner-conformance").await {
                 Ok(c) => break c,
                 Err(e) if Instant::now() >= until => {
-                    return Err(EnvError::Failed(format!(
-                        "the engine in {image} never accepted a worker at {url}: {e}"
-                    )))
+                    return Err(EnvError::caused(
+                        format!("the engine in {image} never accepted a worker at {url}"),
+                        e,
+                    ))
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
@@ -611,7 +646,7 @@ impl Env {
             configuration_dir: None,
         })
         .await
-        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
         let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(&url, client, functions, "engine-image");
@@ -642,7 +677,7 @@ impl Env {
             configuration_dir: None,
         })
         .await
-        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
         let mut worker =
             WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, engine.guest_url())?;
         worker.wait_ready(&client, &functions).await?;
@@ -672,7 +707,7 @@ impl Env {
                     "the default engine port {port} is taken on this host ({e})"
                 ))
             } else {
-                EnvError::Failed(format!("the engine cannot start: {e}"))
+                EnvError::caused("the engine cannot start", e)
             }
         };
         let (engine, engine_process) = match engine_bin {
@@ -714,9 +749,7 @@ impl Env {
             Some(
                 SandboxDouble::start(&url, limits.clone())
                     .await
-                    .map_err(|e| {
-                        EnvError::Failed(format!("the daemon double cannot start: {e}"))
-                    })?,
+                    .map_err(|e| EnvError::caused("the daemon double cannot start", e))?,
             )
         } else {
             None
@@ -739,19 +772,19 @@ impl Env {
                     if let Some(engine) = engine {
                         engine.shutdown().await;
                     }
-                    return Err(EnvError::Failed(format!(
-                        "the configuration-worker double cannot start: {e}"
-                    )));
+                    return Err(EnvError::caused(
+                        "the configuration-worker double cannot start",
+                        e,
+                    ));
                 }
             }
         } else {
             None
         };
         let config = match (&spec.worker_config, &spec.worker_config_raw) {
-            (Some(v), _) => Some(
-                serde_yaml::to_string(v)
-                    .map_err(|e| EnvError::Failed(format!("worker_config: {e}")))?,
-            ),
+            (Some(v), _) => {
+                Some(serde_yaml::to_string(v).map_err(|e| EnvError::caused("worker_config", e))?)
+            }
             (None, Some(raw)) => Some(raw.clone()),
             (None, None) => None,
         };
@@ -859,7 +892,7 @@ impl Env {
         }
         let d = SandboxDouble::start(&self.url, self.limits.clone())
             .await
-            .map_err(|e| EnvError::Failed(format!("the daemon double cannot start: {e}")))?;
+            .map_err(|e| EnvError::caused("the daemon double cannot start", e))?;
         *guard = Some(d);
         Ok(json!({ "started": true }))
     }

@@ -58,21 +58,31 @@ pub enum SuiteError {
     /// Golden data is missing or malformed.
     #[error("golden data: {0}")]
     Golden(String),
+    /// A golden file could not be loaded; the loader's error is the source.
+    #[error("golden data")]
+    GoldenLoad(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The requested environment cannot exist here; nothing was run.
     #[error("skipped: {0}")]
     Unavailable(String),
-    #[error("environment: {0}")]
-    Environment(String),
+    #[error("environment")]
+    Environment(#[source] EnvError),
     /// A `--filter` selected nothing.
     #[error("--filter {0} matches no case (case ids look like `run.one-shot.print`; globs take * and ?)")]
     NoMatch(String),
+}
+
+impl SuiteError {
+    /// A golden loader failed; its error stays the source.
+    pub fn golden_load(e: impl std::error::Error + Send + Sync + 'static) -> SuiteError {
+        SuiteError::GoldenLoad(Box::new(e))
+    }
 }
 
 impl From<EnvError> for SuiteError {
     fn from(e: EnvError) -> SuiteError {
         match e {
             EnvError::Unavailable(m) => SuiteError::Unavailable(m),
-            EnvError::Failed(m) => SuiteError::Environment(m),
+            e => SuiteError::Environment(e),
         }
     }
 }
@@ -148,9 +158,10 @@ pub fn load(
     expectations: Option<&Path>,
 ) -> Result<Loaded, SuiteError> {
     let g = |e: String| SuiteError::Golden(e);
-    let all = Target::load_all(&golden.targets()).map_err(|e| g(e.to_string()))?;
-    let target = Target::load(&golden.targets(), target).map_err(|e| g(e.to_string()))?;
-    let cases = case::load_cases(&golden.cases(), SUITE_VERSION).map_err(|e| g(e.to_string()))?;
+    let all = Target::load_all(&golden.targets()).map_err(SuiteError::golden_load)?;
+    let target = Target::load(&golden.targets(), target).map_err(SuiteError::golden_load)?;
+    let cases =
+        case::load_cases(&golden.cases(), SUITE_VERSION).map_err(SuiteError::golden_load)?;
     let known = target::known_features(&all);
     for c in &cases {
         for r in &c.requires {
@@ -163,11 +174,12 @@ pub fn load(
             }
         }
     }
-    let table = ErrorTable::load(&golden.errors(), &target.name).map_err(|e| g(e.to_string()))?;
+    let table =
+        ErrorTable::load(&golden.errors(), &target.name).map_err(SuiteError::golden_load)?;
     let exp_path = expectations
         .map(Path::to_path_buf)
         .unwrap_or_else(|| golden.expectations(&target.name));
-    let expectations = Expectations::load(&exp_path).map_err(|e| g(e.to_string()))?;
+    let expectations = Expectations::load(&exp_path).map_err(SuiteError::golden_load)?;
     Ok(Loaded {
         golden: golden.clone(),
         target,
@@ -383,7 +395,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     let (env, worker_cmd, private_ok) = match &opts.mode {
         Mode::EngineBin { bin, worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::engine_bin(bin, &cmd, functions.clone(), layout.guest.as_ref()).await?,
@@ -393,7 +405,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         }
         Mode::Hermetic { worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::hermetic(&cmd, functions.clone(), layout.clone()).await?,
@@ -412,7 +424,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
             worker_cmd,
         } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::engine_image(image, *port, &cmd, functions.clone()).await?,
@@ -689,8 +701,8 @@ async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
                     result.skipped = Some(why);
                     return result;
                 }
-                Err(EnvError::Failed(why)) => {
-                    result.failure = Some(format!("private environment: {why}"));
+                Err(e) => {
+                    result.failure = Some(format!("private environment: {}", e.chain()));
                     result.duration = started.elapsed();
                     return result;
                 }
