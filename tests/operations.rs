@@ -151,7 +151,14 @@ async fn twenty_runtimes_leave_no_capability_in_inventory_events_page_or_log() {
             .await
             .ok();
     }
-    sandbox_ids.extend(h.bench.sandbox().live().into_iter().map(|(id, _)| id));
+    sandbox_ids.extend(
+        h.bench
+            .sandbox()
+            .expect("the harness runs the daemon double")
+            .live()
+            .into_iter()
+            .map(|(id, _)| id),
+    );
     assert_eq!(sandbox_ids.len(), 20, "20 runtimes, one VM each");
 
     let inventory = h.call(LIST, json!({})).await.unwrap();
@@ -214,7 +221,13 @@ async fn a_vm_reaped_behind_the_workers_back_shows_as_gone() {
     let id = out["runtime_id"].as_str().unwrap().to_string();
     // The VM vanishes behind the worker's back (as a reap would): the
     // inventory says so from one sandbox::list.
-    let (sandbox_id, _) = h.bench.sandbox().live().pop().unwrap();
+    let (sandbox_id, _) = h
+        .bench
+        .sandbox()
+        .expect("the harness runs the daemon double")
+        .live()
+        .pop()
+        .unwrap();
     h.call("sandbox::stop", json!({"sandbox_id": sandbox_id}))
         .await
         .unwrap();

@@ -58,6 +58,7 @@ impl Target {
                     engine: None,
                     limits: vm_like(),
                     configuration_dir: None,
+                    without_sandbox: false,
                 })
                 .await
                 .expect("hermetic bench starts");

@@ -127,6 +127,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         engine: args.engine,
         limits: args.sandbox.limits(),
         configuration_dir: args.configuration_dir,
+        without_sandbox: false,
     };
     let layout = crate::standin::stack::ListenerLayout {
         main_host: args.main_host,

@@ -65,6 +65,7 @@ impl Harness {
             engine: None,
             limits,
             configuration_dir: configuration.then(|| dir.join("configuration")),
+            without_sandbox: false,
         })
         .await
         .expect("bench starts");
@@ -194,7 +195,11 @@ impl Harness {
 
     /// Live sandboxes in the daemon double.
     pub fn live_sandboxes(&self) -> usize {
-        self.bench.sandbox().live().len()
+        self.bench
+            .sandbox()
+            .expect("the harness runs the daemon double")
+            .live()
+            .len()
     }
 
     pub fn log(&self) -> String {

@@ -45,9 +45,11 @@ pub struct StackOptions {
     pub limits: SandboxLimits,
     /// Start the configuration-worker double, persisting under this directory.
     pub configuration_dir: Option<PathBuf>,
+    /// Start no daemon double (a suite case connects one later, or never).
+    pub without_sandbox: bool,
 }
 
-/// Why the bench could not start.
+/// Why the stack could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
     #[error(
@@ -64,13 +66,22 @@ pub enum StackError {
     Configuration(String),
 }
 
-/// A running bench. Dropping it without `shutdown` leaves sandboxes to the
+/// A running stack. Dropping it without `shutdown` leaves sandboxes to the
 /// double's own drop; call `shutdown` to stop them deterministically.
 pub struct Stack {
     engine: Option<StandInEngine>,
     url: String,
-    sandbox: SandboxDouble,
+    sandbox: Option<SandboxDouble>,
     configuration: Option<ConfigDouble>,
+}
+
+/// What a [`Stack`] started, for a holder that tears each part down in its
+/// own order (the suite's private environments).
+pub struct StackParts {
+    pub engine: Option<StandInEngine>,
+    pub url: String,
+    pub sandbox: Option<SandboxDouble>,
+    pub configuration: Option<ConfigDouble>,
 }
 
 /// Where the stand-in's listeners go.
@@ -157,15 +168,32 @@ impl Stack {
                 (Some(engine), url)
             }
         };
-        let sandbox = SandboxDouble::start(&url, options.limits)
-            .await
-            .map_err(|e| StackError::Sandbox(e.to_string()))?;
+        let sandbox = if options.without_sandbox {
+            None
+        } else {
+            match SandboxDouble::start(&url, options.limits).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
+                    return Err(StackError::Sandbox(e.to_string()));
+                }
+            }
+        };
         let configuration = match &options.configuration_dir {
-            Some(dir) => Some(
-                ConfigDouble::start(&url, dir)
-                    .await
-                    .map_err(|e| StackError::Configuration(e.to_string()))?,
-            ),
+            Some(dir) => match ConfigDouble::start(&url, dir).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    if let Some(s) = sandbox {
+                        s.shutdown().await;
+                    }
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
+                    return Err(StackError::Configuration(e.to_string()));
+                }
+            },
             None => None,
         };
         Ok(Stack {
@@ -181,20 +209,30 @@ impl Stack {
         self.url.clone()
     }
 
-    /// The guest listener's URL (on 127.0.0.1), when this bench started the
+    /// The guest listener's URL (on 127.0.0.1), when this stack started the
     /// stand-in: what a worker's `guest_url` should be.
     pub fn guest_url(&self) -> Option<String> {
         self.engine.as_ref().and_then(StandInEngine::guest_url)
     }
 
-    /// The stand-in engine, when this bench started one.
+    /// The stand-in engine, when this stack started one.
     pub fn engine(&self) -> Option<&StandInEngine> {
         self.engine.as_ref()
     }
 
-    /// The daemon double.
-    pub fn sandbox(&self) -> &SandboxDouble {
-        &self.sandbox
+    /// The daemon double, unless started `without_sandbox`.
+    pub fn sandbox(&self) -> Option<&SandboxDouble> {
+        self.sandbox.as_ref()
+    }
+
+    /// What was started, for a holder that stops each part itself.
+    pub fn into_parts(self) -> StackParts {
+        StackParts {
+            engine: self.engine,
+            url: self.url,
+            sandbox: self.sandbox,
+            configuration: self.configuration,
+        }
     }
 
     /// Stops every sandbox, then the engine.
@@ -202,7 +240,9 @@ impl Stack {
         if let Some(c) = self.configuration {
             c.shutdown().await;
         }
-        self.sandbox.shutdown().await;
+        if let Some(s) = self.sandbox {
+            s.shutdown().await;
+        }
         if let Some(engine) = self.engine {
             engine.shutdown().await;
         }

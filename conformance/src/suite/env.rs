@@ -27,7 +27,9 @@ use tokio::sync::Mutex;
 use crate::standin::config_double::ConfigDouble;
 use crate::standin::engine::StandInEngine;
 use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
-use crate::standin::stack::{GuestGate, ListenerLayout, Stack, StackOptions};
+use crate::standin::stack::{
+    GuestGate, ListenerLayout, Stack, StackError, StackOptions, StackParts,
+};
 
 use super::case::{Boot, EnvSpec, UrlVia};
 use super::engine_bin::EngineProcess;
@@ -585,6 +587,7 @@ impl Env {
                 engine: None,
                 limits: limits.clone(),
                 configuration_dir: None,
+                without_sandbox: false,
             },
             layout,
         )
@@ -644,6 +647,7 @@ impl Env {
             engine: Some(url.clone()),
             limits: limits.clone(),
             configuration_dir: None,
+            without_sandbox: false,
         })
         .await
         .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
@@ -675,6 +679,7 @@ impl Env {
             engine: Some(url.clone()),
             limits: limits.clone(),
             configuration_dir: None,
+            without_sandbox: false,
         })
         .await
         .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
@@ -710,28 +715,18 @@ impl Env {
                 EnvError::caused("the engine cannot start", e)
             }
         };
-        let (engine, engine_process) = match engine_bin {
-            None => (
-                Some(
-                    StandInEngine::start(port)
-                        .await
-                        .map_err(|e| taken(e.to_string()))?,
-                ),
-                None,
-            ),
+        // A real engine brings its own engine and configuration worker; the
+        // stand-ins come from the one stack type.
+        let engine_process = match engine_bin {
+            None => None,
             Some(bin) => {
                 if port == DEFAULT_ENGINE_PORT
                     && std::net::TcpListener::bind(("127.0.0.1", port)).is_err()
                 {
                     return Err(taken("in use".into()));
                 }
-                (None, Some(EngineProcess::start(bin, port).await?))
+                Some(EngineProcess::start(bin, port).await?)
             }
-        };
-        let url = match (&engine, &engine_process) {
-            (Some(e), _) => e.url(),
-            (None, Some(p)) => p.url(),
-            (None, None) => unreachable!("one engine was started above"),
         };
         let mut limits = suite_limits();
         if let Some(l) = &spec.sandbox_limits {
@@ -745,42 +740,41 @@ impl Env {
                 limits.default_idle_timeout_secs = v;
             }
         }
-        let double = if spec.sandbox {
-            Some(
-                SandboxDouble::start(&url, limits.clone())
-                    .await
-                    .map_err(|e| EnvError::caused("the daemon double cannot start", e))?,
-            )
-        } else {
-            None
-        };
-        let client = connect(&url).await?;
-        // A real engine brings its own configuration worker.
-        let configuration = if spec.configuration_worker && engine_process.is_none() {
-            let dir = std::env::temp_dir().join(format!(
+        let config_dir = (spec.configuration_worker && engine_process.is_none()).then(|| {
+            std::env::temp_dir().join(format!(
                 "code-runner-conformance-config-{}-{:08x}",
                 std::process::id(),
                 rand::random::<u32>()
-            ));
-            match ConfigDouble::start(&url, &dir).await {
-                Ok(c) => Some((c, dir)),
-                Err(e) => {
-                    client.shutdown_async().await;
-                    if let Some(d) = double {
-                        d.shutdown().await;
-                    }
-                    if let Some(engine) = engine {
-                        engine.shutdown().await;
-                    }
-                    return Err(EnvError::caused(
-                        "the configuration-worker double cannot start",
-                        e,
-                    ));
-                }
-            }
-        } else {
-            None
+            ))
+        });
+        let options = StackOptions {
+            port,
+            engine: engine_process.as_ref().map(EngineProcess::url),
+            limits: limits.clone(),
+            configuration_dir: config_dir.clone(),
+            without_sandbox: !spec.sandbox,
         };
+        let stack = match Stack::start_with_layout(options, ListenerLayout::open()).await {
+            Ok(s) => s.into_parts(),
+            Err(StackError::Bind { source, .. }) => return Err(taken(source.to_string())),
+            Err(StackError::Sandbox(e)) => {
+                return Err(EnvError::caused("the daemon double cannot start", e))
+            }
+            Err(StackError::Configuration(e)) => {
+                return Err(EnvError::caused(
+                    "the configuration-worker double cannot start",
+                    e,
+                ))
+            }
+        };
+        let StackParts {
+            engine,
+            url,
+            sandbox: double,
+            configuration,
+        } = stack;
+        let configuration = configuration.zip(config_dir);
+        let client = connect(&url).await?;
         let config = match (&spec.worker_config, &spec.worker_config_raw) {
             (Some(v), _) => {
                 Some(serde_yaml::to_string(v).map_err(|e| EnvError::caused("worker_config", e))?)
