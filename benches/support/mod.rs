@@ -35,7 +35,7 @@ pub fn vm_like() -> SandboxLimits {
 
 /// Where the benches run.
 pub enum Target {
-    Hermetic(Stack),
+    Hermetic(Box<Stack>),
     Live(String),
 }
 
@@ -62,7 +62,7 @@ impl Target {
                 })
                 .await
                 .expect("hermetic bench starts");
-                Target::Hermetic(bench)
+                Target::Hermetic(Box::new(bench))
             }
         }
     }
