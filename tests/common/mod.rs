@@ -3,11 +3,12 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use code_runner_conformance::standin::sandbox_double::SandboxLimits;
 use code_runner_conformance::standin::stack::{Stack, StackOptions};
+use code_runner_conformance::suite::case::UrlVia;
+use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::Value;
@@ -22,9 +23,8 @@ pub struct CallError {
 pub struct Harness {
     pub bench: Stack,
     pub client: IIIClient,
-    worker: Option<tokio::process::Child>,
-    config_path: PathBuf,
-    pub log_path: PathBuf,
+    worker: Option<WorkerProcess>,
+    config: String,
     dir: PathBuf,
 }
 
@@ -69,7 +69,6 @@ impl Harness {
         })
         .await
         .expect("bench starts");
-        let config_path = dir.join("config.yaml");
         // Exact leak accounting needs an empty pool unless a test asks for one.
         let mut config = if config.contains("warm_pool") {
             config.to_string()
@@ -80,8 +79,6 @@ impl Harness {
         if let (false, Some(g)) = (config.contains("guest_url"), bench.guest_url()) {
             config = format!("guest_url: {g}\n{config}");
         }
-        std::fs::write(&config_path, config).expect("config written");
-        let log_path = dir.join("worker.log");
         let client = code_runner_conformance::standin::client::connect(&bench.url(), "e2e-caller")
             .await
             .expect("client connects");
@@ -89,37 +86,34 @@ impl Harness {
             bench,
             client,
             worker: None,
-            config_path,
-            log_path,
+            config,
             dir,
         };
         h.spawn_worker().await;
         h
     }
 
-    /// Starts the worker binary and waits until its functions are visible.
+    /// Starts the worker binary (again, appending to the same log) and
+    /// waits until its functions are visible.
     pub async fn spawn_worker(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-            .arg("--url")
-            .arg(self.bench.url())
-            .arg("--config")
-            .arg(&self.config_path)
-            .env(
-                "RUST_LOG",
-                "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info",
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("worker starts");
-        self.worker = Some(child);
+        match &mut self.worker {
+            Some(w) => w.respawn().expect("worker starts"),
+            None => {
+                let w = WorkerProcess::spawn_with_env(
+                    &WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner")),
+                    &self.bench.url(),
+                    UrlVia::Flag,
+                    Some(&self.config),
+                    None,
+                    &[(
+                        "RUST_LOG",
+                        "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info",
+                    )],
+                )
+                .expect("worker starts");
+                self.worker = Some(w);
+            }
+        }
         let engine = self.bench.engine().expect("stand-in engine");
         let ready = wait_for(Duration::from_secs(30), || async {
             engine
@@ -137,8 +131,8 @@ impl Harness {
 
     /// Kills the worker without letting it clean up (a crash).
     pub async fn crash_worker(&mut self) {
-        if let Some(mut c) = self.worker.take() {
-            let _ = c.kill().await;
+        if let Some(w) = self.worker.as_mut() {
+            w.kill().await;
         }
         let engine = self.bench.engine().expect("stand-in engine");
         let gone = wait_for(Duration::from_secs(10), || async {
@@ -153,13 +147,9 @@ impl Harness {
 
     /// SIGTERMs the worker and waits for it to exit.
     pub async fn stop_worker(&mut self) -> std::process::ExitStatus {
-        let mut c = self.worker.take().expect("a running worker");
-        let pid = c.id().expect("pid") as i32;
-        unsafe_kill(pid, 15);
-        tokio::time::timeout(Duration::from_secs(30), c.wait())
-            .await
-            .expect("worker exits after SIGTERM")
-            .expect("exit status")
+        let w = self.worker.as_mut().expect("a worker");
+        assert!(w.is_running(), "a running worker");
+        w.stop().await.expect("worker exits after SIGTERM")
     }
 
     pub async fn call(&self, function_id: &str, payload: Value) -> Result<Value, CallError> {
@@ -203,7 +193,10 @@ impl Harness {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.worker
+            .as_ref()
+            .map(WorkerProcess::log)
+            .unwrap_or_default()
     }
 
     /// Ends the test: no sandbox beyond `kept` is left, and no runtime id
@@ -211,7 +204,7 @@ impl Harness {
     pub async fn finish(mut self, kept: usize) {
         let live = self.live_sandboxes();
         assert_eq!(live, kept, "sandboxes left behind; log:\n{}", self.log());
-        if self.worker.is_some() {
+        if self.worker.as_ref().is_some_and(WorkerProcess::is_running) {
             let status = self.stop_worker().await;
             assert!(status.success(), "worker exits cleanly on SIGTERM");
         }
@@ -225,13 +218,6 @@ impl Harness {
         self.bench.shutdown().await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn unsafe_kill(pid: i32, sig: i32) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status();
 }
 
 /// No `rt-<uuid>` in `text`.

@@ -217,11 +217,13 @@ fn build_worker(dir: &Path) -> Result<(), EnvError> {
     Ok(())
 }
 
-/// A worker process we started.
+/// A worker process we started: the one way the suite, the worker's tests
+/// and its benches spawn, SIGTERM and kill a worker.
 pub struct WorkerProcess {
     cmd: WorkerCommand,
     url: String,
     guest_url: Option<String>,
+    env: Vec<(String, String)>,
     url_via: UrlVia,
     config_path: Option<PathBuf>,
     pub log_path: PathBuf,
@@ -250,6 +252,19 @@ impl WorkerProcess {
         config: Option<&str>,
         guest_url: Option<String>,
     ) -> Result<WorkerProcess, EnvError> {
+        WorkerProcess::spawn_with_env(cmd, url, url_via, config, guest_url, &[])
+    }
+
+    /// [`WorkerProcess::spawn_with_guest`] with extra environment variables
+    /// (they win over the default `RUST_LOG`).
+    pub fn spawn_with_env(
+        cmd: &WorkerCommand,
+        url: &str,
+        url_via: UrlVia,
+        config: Option<&str>,
+        guest_url: Option<String>,
+        env: &[(&str, &str)],
+    ) -> Result<WorkerProcess, EnvError> {
         let dir = std::env::temp_dir().join(format!(
             "code-runner-conformance-{}-{:08x}",
             std::process::id(),
@@ -270,6 +285,10 @@ impl WorkerProcess {
             cmd: cmd.clone(),
             url: url.to_string(),
             guest_url,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             url_via,
             config_path,
             log_path: dir.join("worker.log"),
@@ -312,6 +331,7 @@ impl WorkerProcess {
                 "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info,opentelemetry=warn",
             );
         }
+        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         // stdout and stderr both count as the worker's log: workers differ in
         // which stream their logger writes to.
         let log_out = log
@@ -424,6 +444,24 @@ impl WorkerProcess {
     /// Starts the same command again.
     pub fn respawn(&mut self) -> Result<(), EnvError> {
         self.start()
+    }
+
+    /// Whether a process of ours is running (not stopped, killed or exited
+    /// through [`WorkerProcess::wait_exit`]).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(tokio::process::Child::id)
+    }
+
+    /// Kills the process without letting it clean up (a crash).
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
     }
 }
 
@@ -848,14 +886,14 @@ impl Env {
                 .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
             w.stop().await
         };
-        let until = Instant::now() + READY_DEADLINE;
-        while !functions_gone(&self.client, &self.functions).await {
-            if Instant::now() >= until {
-                return Err(EnvError::Failed(
-                    "the stopped worker's functions are still listed".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let gone = crate::standin::wait::until(READY_DEADLINE, || {
+            functions_gone(&self.client, &self.functions)
+        })
+        .await;
+        if !gone {
+            return Err(EnvError::Failed(
+                "the stopped worker's functions are still listed".into(),
+            ));
         }
         Ok(status.and_then(|s| s.code()))
     }

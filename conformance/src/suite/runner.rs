@@ -616,15 +616,14 @@ impl<'a> CaseRun<'a> {
         let f = self.env.client.register_function(function_id, reg);
         lock(&self.foreign).push(f);
         let ids = [function_id.to_string()];
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            if super::env::functions_listed(&self.env.client, &ids).await == Some(true) {
-                return Ok(json!({ "registered": true }));
-            }
-            if Instant::now() >= until {
-                return Err(format!("{function_id} never showed up on the bus"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let listed = crate::standin::wait::until(Duration::from_secs(10), || async {
+            super::env::functions_listed(&self.env.client, &ids).await == Some(true)
+        })
+        .await;
+        if listed {
+            Ok(json!({ "registered": true }))
+        } else {
+            Err(format!("{function_id} never showed up on the bus"))
         }
     }
 }
