@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use code_runner_conformance::engine::StandInEngine;
+use code_runner_conformance::standin::engine::StandInEngine;
 use criterion::{criterion_group, criterion_main, Criterion};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::RegisterFunction;
@@ -20,17 +20,19 @@ fn roundtrip(c: &mut Criterion) {
         .expect("runtime");
     let (engine, caller, worker) = rt.block_on(async {
         let engine = StandInEngine::start(0).await.expect("engine");
-        let worker = code_runner_conformance::client::connect(&engine.url(), "bench-worker")
-            .await
-            .expect("worker");
+        let worker =
+            code_runner_conformance::standin::client::connect(&engine.url(), "bench-worker")
+                .await
+                .expect("worker");
         worker.register_function(
             "bench::echo",
             RegisterFunction::new_async(|v: Value| async move { Ok(v) }),
         );
-        let caller = code_runner_conformance::client::connect(&engine.url(), "bench-caller")
-            .await
-            .expect("caller");
-        let routable = code_runner_conformance::client::wait_routable(
+        let caller =
+            code_runner_conformance::standin::client::connect(&engine.url(), "bench-caller")
+                .await
+                .expect("caller");
+        let routable = code_runner_conformance::standin::client::wait_routable(
             &caller,
             "bench::echo",
             Duration::from_secs(10),

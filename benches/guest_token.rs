@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use criterion::Criterion;
 use futures_util::StreamExt;
 use sandbox_code_runner::bus::SdkBus;
@@ -44,11 +44,11 @@ fn main() {
         .build()
         .expect("runtime");
     let bench = rt
-        .block_on(Bench::start(BenchOptions::default()))
+        .block_on(Stack::start(StackOptions::default()))
         .expect("bench");
     let guest_url = bench.guest_url().expect("guest listener");
     let client = rt.block_on(async {
-        code_runner_conformance::client::connect(&bench.url(), "bench-guest-auth")
+        code_runner_conformance::standin::client::connect(&bench.url(), "bench-guest-auth")
             .await
             .expect("connects")
     });
@@ -67,7 +67,7 @@ fn main() {
     functions::guest_auth::publish(bus.as_ref(), &manager);
     let engine = bench.engine().expect("stand-in");
     rt.block_on(async {
-        code_runner_conformance::wait::until(Duration::from_secs(10), || async {
+        code_runner_conformance::standin::wait::until(Duration::from_secs(10), || async {
             engine
                 .function_ids("default")
                 .iter()

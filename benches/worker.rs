@@ -40,7 +40,7 @@ fn main() {
     let target = rt.block_on(Target::from_env());
     let url = target.url();
     let client = rt.block_on(async {
-        code_runner_conformance::client::connect(&url, "bench-client")
+        code_runner_conformance::standin::client::connect(&url, "bench-client")
             .await
             .expect("bench client connects")
     });

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use code_runner_conformance::engine::StandInEngine;
+use code_runner_conformance::standin::engine::StandInEngine;
 
 const DEADLINE: Duration = Duration::from_secs(240);
 

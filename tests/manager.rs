@@ -807,7 +807,7 @@ async fn timeouts_are_clamped_on_the_way_to_the_daemon() {
 
 /// Waits on a condition of the in-memory world, with a deadline.
 async fn eventually(mut probe: impl FnMut() -> bool) -> bool {
-    code_runner_conformance::wait::until(Duration::from_secs(2), || {
+    code_runner_conformance::standin::wait::until(Duration::from_secs(2), || {
         let met = probe();
         async move { met }
     })
@@ -972,11 +972,12 @@ async fn a_pool_that_could_not_fill_recovers_without_traffic() {
     );
     *w.sandbox.capacity.lock().unwrap() = None;
     // The maintenance tick is 2 s: allow a few of them.
-    let recovered = code_runner_conformance::wait::until(Duration::from_secs(5), || async {
-        w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
-            && w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1
-    })
-    .await;
+    let recovered =
+        code_runner_conformance::standin::wait::until(Duration::from_secs(5), || async {
+            w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
+                && w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1
+        })
+        .await;
     assert!(recovered, "the maintenance loop refills the pool");
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);

@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use code_runner_conformance::engine::StandInEngine;
-use code_runner_conformance::sandbox_double::SandboxDouble;
+use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::sandbox_double::SandboxDouble;
 use common::{wait_for, Harness};
 use iii_sdk::RegisterFunction;
 use serde_json::{json, Value};
@@ -151,7 +151,14 @@ async fn twenty_runtimes_leave_no_capability_in_inventory_events_page_or_log() {
             .await
             .ok();
     }
-    sandbox_ids.extend(h.bench.sandbox().live().into_iter().map(|(id, _)| id));
+    sandbox_ids.extend(
+        h.bench
+            .sandbox()
+            .expect("the harness runs the daemon double")
+            .live()
+            .into_iter()
+            .map(|(id, _)| id),
+    );
     assert_eq!(sandbox_ids.len(), 20, "20 runtimes, one VM each");
 
     let inventory = h.call(LIST, json!({})).await.unwrap();
@@ -214,7 +221,13 @@ async fn a_vm_reaped_behind_the_workers_back_shows_as_gone() {
     let id = out["runtime_id"].as_str().unwrap().to_string();
     // The VM vanishes behind the worker's back (as a reap would): the
     // inventory says so from one sandbox::list.
-    let (sandbox_id, _) = h.bench.sandbox().live().pop().unwrap();
+    let (sandbox_id, _) = h
+        .bench
+        .sandbox()
+        .expect("the harness runs the daemon double")
+        .live()
+        .pop()
+        .unwrap();
     h.call("sandbox::stop", json!({"sandbox_id": sandbox_id}))
         .await
         .unwrap();
@@ -252,7 +265,7 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
         .kill_on_drop(true)
         .spawn()
         .expect("worker starts");
-    let client = code_runner_conformance::client::connect(&url, "stop-caller")
+    let client = code_runner_conformance::standin::client::connect(&url, "stop-caller")
         .await
         .unwrap();
     let ready = wait_for(Duration::from_secs(30), || async {

@@ -312,7 +312,7 @@ fn chromium_renders_the_harness_without_a_full_runtime_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
     use serde_json::json;
-    let limits = code_runner_conformance::sandbox_double::SandboxLimits {
+    let limits = code_runner_conformance::standin::sandbox_double::SandboxLimits {
         max_concurrent_sandboxes: 64,
         ..common::test_limits()
     };

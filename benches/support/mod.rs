@@ -7,12 +7,13 @@ pub mod scaling;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
-use code_runner_conformance::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
+use code_runner_conformance::suite::case::UrlVia;
+use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::{json, Value};
@@ -35,7 +36,7 @@ pub fn vm_like() -> SandboxLimits {
 
 /// Where the benches run.
 pub enum Target {
-    Hermetic(Box<Bench>),
+    Hermetic(Box<Stack>),
     Live(String),
 }
 
@@ -53,11 +54,12 @@ impl Target {
                      iii-sandbox on a host whose KVM boots guests) to run them; running against the \
                      hermetic bench in its VM-like profile (boot 300 ms, stop grace 200 ms)"
                 );
-                let bench = Bench::start(BenchOptions {
+                let bench = Stack::start(StackOptions {
                     port: 0,
                     engine: None,
                     limits: vm_like(),
                     configuration_dir: None,
+                    without_sandbox: false,
                 })
                 .await
                 .expect("hermetic bench starts");
@@ -81,10 +83,9 @@ impl Target {
     }
 }
 
-/// A worker process under one config.
+/// A worker process under one config (the suite's [`WorkerProcess`]).
 pub struct Worker {
-    child: tokio::process::Child,
-    _dir: PathBuf,
+    process: WorkerProcess,
 }
 
 impl Worker {
@@ -99,22 +100,17 @@ impl Worker {
         config: &str,
         env: &[(&str, &str)],
     ) -> Worker {
-        let dir = std::env::temp_dir().join(format!("scr-bench-{:x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).expect("scratch");
-        let cfg = dir.join("config.yaml");
-        std::fs::write(&cfg, config).expect("config");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-            .arg("--url")
-            .arg(url)
-            .arg("--config")
-            .arg(&cfg)
-            .env("RUST_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("worker starts");
+        let mut vars = vec![("RUST_LOG", "warn")];
+        vars.extend_from_slice(env);
+        let process = WorkerProcess::spawn_with_env(
+            &WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner")),
+            url,
+            UrlVia::Flag,
+            Some(config),
+            None,
+            &vars,
+        )
+        .expect("worker starts");
         let up = wait_until(Duration::from_secs(30), || async {
             call(client, "sandbox-code-runner::stats", json!({}))
                 .await
@@ -122,27 +118,21 @@ impl Worker {
         })
         .await;
         assert!(up, "worker serves");
-        Worker { child, _dir: dir }
+        Worker { process }
     }
 
     /// The worker's process id (for its resident memory).
     pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        self.process.pid()
     }
 
     /// SIGTERM, then wait: the worker stops every VM it owns.
     pub async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .arg("-15")
-                .arg(pid.to_string())
-                .status();
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        self.process.stop().await;
     }
 }
 
-pub use code_runner_conformance::wait::until as wait_until;
+pub use code_runner_conformance::standin::wait::until as wait_until;
 
 /// Whether the bench group `name` runs: all of them unless
 /// `SCR_BENCH_GROUPS` lists some (comma-separated), e.g. for a quick profile.

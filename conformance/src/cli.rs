@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::bench::{Bench, BenchOptions};
-use crate::sandbox_double::SandboxArgs;
+use crate::standin::sandbox_double::SandboxArgs;
+use crate::standin::stack::{Stack, StackOptions};
 
 /// Conformance suite and hermetic bench for code-runner-compatible workers.
 #[derive(Parser, Debug)]
@@ -53,7 +53,7 @@ pub struct ServeArgs {
     pub port: u16,
     /// Main listener host: host-only 127.0.0.2 by default, which the
     /// sandbox gateway (like the real one) does not reach.
-    #[arg(long, default_value_t = crate::bench::MAIN_HOST)]
+    #[arg(long, default_value_t = crate::standin::stack::MAIN_HOST)]
     pub main_host: std::net::Ipv4Addr,
     /// Guest listener port on 127.0.0.1 (RBAC; auth function
     /// `sandbox-code-runner::guest-auth`); 0 picks a free one.
@@ -114,7 +114,7 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                print_error(&e);
                 ExitCode::from(2)
             }
         },
@@ -122,23 +122,24 @@ pub async fn dispatch(cli: Cli) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
-    let options = BenchOptions {
+    let options = StackOptions {
         port: args.port,
         engine: args.engine,
         limits: args.sandbox.limits(),
         configuration_dir: args.configuration_dir,
+        without_sandbox: false,
     };
-    let layout = crate::bench::ListenerLayout {
+    let layout = crate::standin::stack::ListenerLayout {
         main_host: args.main_host,
-        guest: Some(crate::bench::GuestGate {
+        guest: Some(crate::standin::stack::GuestGate {
             port: args.guest_port,
             prefix: args.guest_prefix,
         }),
     };
-    let bench = match Bench::start_with_layout(options, layout).await {
+    let bench = match Stack::start_with_layout(options, layout).await {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("error: {e}");
+            print_error(&e);
             return ExitCode::FAILURE;
         }
     };
@@ -164,5 +165,16 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// Prints `error: <e>`, then each `source()` of the chain on its own line,
+/// so a failure keeps every cause up to the terminal.
+pub fn print_error(e: &dyn std::error::Error) {
+    eprintln!("error: {e}");
+    let mut next = e.source();
+    while let Some(cause) = next {
+        eprintln!("  caused by: {cause}");
+        next = cause.source();
     }
 }

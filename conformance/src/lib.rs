@@ -1,18 +1,17 @@
-//! Conformance suite and hermetic bench for code-runner-compatible workers.
+//! Conformance suite and hermetic stand-ins for code-runner-compatible workers.
 //!
-//! The bench (`engine` + `sandbox_double`, assembled by `bench`) lets a worker
-//! run anywhere: no real engine, no KVM. See ARCHITECTURE.md.
+//! Two trees, each with one public face:
+//! - [`suite`] is what a user runs: the golden cases, matchers, runner,
+//!   reports and schema/error tables of `golden/`, checked against a target.
+//! - [`standin`] is what tests run on: the stand-in engine, the iii-sandbox
+//!   double, the config double and the [`standin::stack::Stack`] that
+//!   assembles them, so a worker runs anywhere (no real engine, no KVM).
 //!
-//! The suite (`suite`, reported by `report`) runs the golden cases, schema
-//! snapshots and error tables of `golden/` against a target. See README.md.
-pub mod bench;
+//! [`cli`] is the `code-runner-conformance` command line over both;
+//! [`bench_compare`] reads criterion results; [`trigger`] sends one call.
+//! See README.md and ARCHITECTURE.md.
 pub mod bench_compare;
 pub mod cli;
-pub mod client;
-pub mod config_double;
-pub mod engine;
-pub mod report;
-pub mod sandbox_double;
+pub mod standin;
 pub mod suite;
 pub mod trigger;
-pub mod wait;

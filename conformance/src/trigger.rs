@@ -61,7 +61,8 @@ pub async fn run(args: TriggerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = crate::client::connect(&args.url, "code-runner-conformance:trigger").await;
+    let client =
+        crate::standin::client::connect(&args.url, "code-runner-conformance:trigger").await;
     let client = match client {
         Ok(c) => c,
         Err(e) => {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use code_runner_conformance::engine::StandInEngine;
+use code_runner_conformance::standin::engine::StandInEngine;
 use common::{client, wait_for};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::{Error, RegisterFunction};

@@ -15,7 +15,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use code_runner_conformance::engine::{
+use code_runner_conformance::standin::engine::{
     EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine,
 };
 use common::{client, wait_for};

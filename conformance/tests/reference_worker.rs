@@ -19,10 +19,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use code_runner_conformance::report::Report;
 use code_runner_conformance::suite::case::Level;
 use code_runner_conformance::suite::env::WorkerCommand;
 use code_runner_conformance::suite::expectations::Verdict;
+use code_runner_conformance::suite::report::Report;
 use code_runner_conformance::suite::{run, Mode, SuiteOptions};
 use common::sdk_cache::{python_venv, target_dir, workspace_root};
 

@@ -9,8 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use code_runner_conformance::engine::StandInEngine;
-use code_runner_conformance::sandbox_double::{SandboxDouble, SandboxLimits};
+use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use common::{client, wait_for};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::{Error, IIIClient};
@@ -1122,7 +1122,7 @@ async fn guests_see_only_their_own_process_tree() {
 /// Connects to the engine's port (on the host's 127.0.0.1) through the
 /// sandbox gateway from inside a sandbox; prints the outcome.
 fn connect_probe(port: u16) -> String {
-    let gateway = code_runner_conformance::sandbox_double::network::GATEWAY;
+    let gateway = code_runner_conformance::standin::sandbox_double::network::GATEWAY;
     format!(
         "import socket\ntry:\n    socket.create_connection(('{gateway}', {port}), 5)\n    print('connected')\nexcept OSError as e:\n    print('refused')"
     )

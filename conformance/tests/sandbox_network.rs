@@ -5,9 +5,9 @@
 
 mod common;
 
-use code_runner_conformance::engine::StandInEngine;
-use code_runner_conformance::sandbox_double::network::GATEWAY;
-use code_runner_conformance::sandbox_double::{SandboxDouble, SandboxLimits};
+use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::sandbox_double::network::GATEWAY;
+use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::{json, Value};

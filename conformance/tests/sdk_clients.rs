@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use code_runner_conformance::engine::StandInEngine;
+use code_runner_conformance::standin::engine::StandInEngine;
 use common::sdk_cache::*;
 use common::wait_for;
 

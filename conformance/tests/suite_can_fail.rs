@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use code_runner_conformance::suite::case::UrlVia;
 use code_runner_conformance::suite::env::{suite_limits, WorkerCommand, WorkerProcess};
 use code_runner_conformance::suite::expectations::Verdict;
@@ -90,7 +90,7 @@ async fn forward(
 /// Registers the mutant's functions, schemas copied from the real worker
 /// except `run`'s response (mutation 3: drift).
 async fn start_mutant(url: &str) -> (IIIClient, Vec<FunctionRef>) {
-    let client = code_runner_conformance::client::connect(url, "mutant")
+    let client = code_runner_conformance::standin::client::connect(url, "mutant")
         .await
         .expect("mutant connects");
     let mut refs = Vec::new();
@@ -134,16 +134,16 @@ async fn start_mutant(url: &str) -> (IIIClient, Vec<FunctionRef>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_suite_reports_exactly_the_broken_cases() {
-    let bench = Bench::start(BenchOptions {
+    let bench = Stack::start(StackOptions {
         port: 0,
         engine: None,
         limits: suite_limits(),
-        ..BenchOptions::default()
+        ..StackOptions::default()
     })
     .await
     .expect("bench starts");
     let url = bench.url();
-    let probe = code_runner_conformance::client::connect(&url, "mutant-test")
+    let probe = code_runner_conformance::standin::client::connect(&url, "mutant-test")
         .await
         .expect("client connects");
     let mut real =

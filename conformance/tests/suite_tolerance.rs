@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use code_runner_conformance::suite::case::UrlVia;
 use code_runner_conformance::suite::env::{suite_limits, WorkerCommand, WorkerProcess};
 use code_runner_conformance::suite::expectations::Verdict;
@@ -32,17 +32,17 @@ fn worker() -> WorkerCommand {
 }
 
 /// The bench with our worker connected; returns its URL.
-async fn stack() -> (Bench, WorkerProcess) {
-    let bench = Bench::start(BenchOptions {
+async fn stack() -> (Stack, WorkerProcess) {
+    let bench = Stack::start(StackOptions {
         port: 0,
         engine: None,
         limits: suite_limits(),
-        ..BenchOptions::default()
+        ..StackOptions::default()
     })
     .await
     .expect("bench starts");
     let url = bench.url();
-    let probe = code_runner_conformance::client::connect(&url, "tolerance-test")
+    let probe = code_runner_conformance::standin::client::connect(&url, "tolerance-test")
         .await
         .expect("client connects");
     let mut w = WorkerProcess::spawn(&worker(), &url, UrlVia::Flag, None).expect("worker starts");

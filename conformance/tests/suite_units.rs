@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use code_runner_conformance::report::{CaseReport, LevelGate, Report};
 use code_runner_conformance::suite::case::{glob_match, load_cases, Case, Level};
 use code_runner_conformance::suite::errors::{
     classify, closed_world_observed, closed_world_static, Envelope, ErrorEntry, ErrorTable,
@@ -15,6 +14,7 @@ use code_runner_conformance::suite::errors::{
 use code_runner_conformance::suite::expectations::{Expectations, Expected, Verdict};
 use code_runner_conformance::suite::matcher::Matcher;
 use code_runner_conformance::suite::published::Published;
+use code_runner_conformance::suite::report::{CaseReport, LevelGate, Report};
 use code_runner_conformance::suite::runner::{got_error, got_response, truncate_middle};
 use code_runner_conformance::suite::schema::{differences, normalize};
 use code_runner_conformance::suite::target::Target;
@@ -668,11 +668,12 @@ async fn the_worker_log_holds_its_stdout_and_its_stderr() {
     let cmd =
         WorkerCommand::parse("sh -c 'echo on-stdout; echo on-stderr >&2; exec sleep 30'").unwrap();
     let mut w = WorkerProcess::spawn(&cmd, "ws://127.0.0.1:9", UrlVia::Flag, None).unwrap();
-    let both = code_runner_conformance::wait::until(std::time::Duration::from_secs(10), || {
-        let log = w.log();
-        async move { log.contains("on-stdout") && log.contains("on-stderr") }
-    })
-    .await;
+    let both =
+        code_runner_conformance::standin::wait::until(std::time::Duration::from_secs(10), || {
+            let log = w.log();
+            async move { log.contains("on-stdout") && log.contains("on-stderr") }
+        })
+        .await;
     let log = w.log();
     w.stop().await;
     assert!(both, "the log has both streams: {log:?}");

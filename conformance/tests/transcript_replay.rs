@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use code_runner_conformance::engine::{StandInEngine, NAME_GRACE};
+use code_runner_conformance::standin::engine::{StandInEngine, NAME_GRACE};
 use futures_util::{SinkExt, StreamExt};
 use regex::Regex;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -843,7 +843,7 @@ impl<'a> Replay<'a> {
     async fn await_routable(&mut self, no: usize, namespace: &str, function_id: &str) {
         let start = Instant::now();
         let engine = self.engine;
-        let visible = code_runner_conformance::wait::until(GRACE_DEADLINE, || async {
+        let visible = code_runner_conformance::standin::wait::until(GRACE_DEADLINE, || async {
             engine
                 .function_ids(namespace)
                 .iter()

@@ -3,11 +3,12 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use code_runner_conformance::bench::{Bench, BenchOptions};
-use code_runner_conformance::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::sandbox_double::SandboxLimits;
+use code_runner_conformance::standin::stack::{Stack, StackOptions};
+use code_runner_conformance::suite::case::UrlVia;
+use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::Value;
@@ -20,15 +21,14 @@ pub struct CallError {
 }
 
 pub struct Harness {
-    pub bench: Bench,
+    pub bench: Stack,
     pub client: IIIClient,
-    worker: Option<tokio::process::Child>,
-    config_path: PathBuf,
-    pub log_path: PathBuf,
+    worker: Option<WorkerProcess>,
+    config: String,
     dir: PathBuf,
 }
 
-pub use code_runner_conformance::wait::until as wait_for;
+pub use code_runner_conformance::standin::wait::until as wait_for;
 
 pub fn test_limits() -> SandboxLimits {
     SandboxLimits {
@@ -60,15 +60,15 @@ impl Harness {
     async fn start_opts(config: &str, limits: SandboxLimits, configuration: bool) -> Harness {
         let dir = std::env::temp_dir().join(format!("scr-e2e-{:016x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: None,
             limits,
             configuration_dir: configuration.then(|| dir.join("configuration")),
+            without_sandbox: false,
         })
         .await
         .expect("bench starts");
-        let config_path = dir.join("config.yaml");
         // Exact leak accounting needs an empty pool unless a test asks for one.
         let mut config = if config.contains("warm_pool") {
             config.to_string()
@@ -79,46 +79,41 @@ impl Harness {
         if let (false, Some(g)) = (config.contains("guest_url"), bench.guest_url()) {
             config = format!("guest_url: {g}\n{config}");
         }
-        std::fs::write(&config_path, config).expect("config written");
-        let log_path = dir.join("worker.log");
-        let client = code_runner_conformance::client::connect(&bench.url(), "e2e-caller")
+        let client = code_runner_conformance::standin::client::connect(&bench.url(), "e2e-caller")
             .await
             .expect("client connects");
         let mut h = Harness {
             bench,
             client,
             worker: None,
-            config_path,
-            log_path,
+            config,
             dir,
         };
         h.spawn_worker().await;
         h
     }
 
-    /// Starts the worker binary and waits until its functions are visible.
+    /// Starts the worker binary (again, appending to the same log) and
+    /// waits until its functions are visible.
     pub async fn spawn_worker(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-            .arg("--url")
-            .arg(self.bench.url())
-            .arg("--config")
-            .arg(&self.config_path)
-            .env(
-                "RUST_LOG",
-                "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info",
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("worker starts");
-        self.worker = Some(child);
+        match &mut self.worker {
+            Some(w) => w.respawn().expect("worker starts"),
+            None => {
+                let w = WorkerProcess::spawn_with_env(
+                    &WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner")),
+                    &self.bench.url(),
+                    UrlVia::Flag,
+                    Some(&self.config),
+                    None,
+                    &[(
+                        "RUST_LOG",
+                        "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info",
+                    )],
+                )
+                .expect("worker starts");
+                self.worker = Some(w);
+            }
+        }
         let engine = self.bench.engine().expect("stand-in engine");
         let ready = wait_for(Duration::from_secs(30), || async {
             engine
@@ -136,8 +131,8 @@ impl Harness {
 
     /// Kills the worker without letting it clean up (a crash).
     pub async fn crash_worker(&mut self) {
-        if let Some(mut c) = self.worker.take() {
-            let _ = c.kill().await;
+        if let Some(w) = self.worker.as_mut() {
+            w.kill().await;
         }
         let engine = self.bench.engine().expect("stand-in engine");
         let gone = wait_for(Duration::from_secs(10), || async {
@@ -152,13 +147,9 @@ impl Harness {
 
     /// SIGTERMs the worker and waits for it to exit.
     pub async fn stop_worker(&mut self) -> std::process::ExitStatus {
-        let mut c = self.worker.take().expect("a running worker");
-        let pid = c.id().expect("pid") as i32;
-        unsafe_kill(pid, 15);
-        tokio::time::timeout(Duration::from_secs(30), c.wait())
-            .await
-            .expect("worker exits after SIGTERM")
-            .expect("exit status")
+        let w = self.worker.as_mut().expect("a worker");
+        assert!(w.is_running(), "a running worker");
+        w.stop().await.expect("worker exits after SIGTERM")
     }
 
     pub async fn call(&self, function_id: &str, payload: Value) -> Result<Value, CallError> {
@@ -194,11 +185,18 @@ impl Harness {
 
     /// Live sandboxes in the daemon double.
     pub fn live_sandboxes(&self) -> usize {
-        self.bench.sandbox().live().len()
+        self.bench
+            .sandbox()
+            .expect("the harness runs the daemon double")
+            .live()
+            .len()
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.worker
+            .as_ref()
+            .map(WorkerProcess::log)
+            .unwrap_or_default()
     }
 
     /// Ends the test: no sandbox beyond `kept` is left, and no runtime id
@@ -206,7 +204,7 @@ impl Harness {
     pub async fn finish(mut self, kept: usize) {
         let live = self.live_sandboxes();
         assert_eq!(live, kept, "sandboxes left behind; log:\n{}", self.log());
-        if self.worker.is_some() {
+        if self.worker.as_ref().is_some_and(WorkerProcess::is_running) {
             let status = self.stop_worker().await;
             assert!(status.success(), "worker exits cleanly on SIGTERM");
         }
@@ -220,13 +218,6 @@ impl Harness {
         self.bench.shutdown().await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn unsafe_kill(pid: i32, sig: i32) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status();
 }
 
 /// No `rt-<uuid>` in `text`.
@@ -293,7 +284,7 @@ impl iii_sdk::trigger::TriggerHandler for Recorder {
 
 impl TriggerProvider {
     pub async fn start(url: &str, types: &[&str]) -> TriggerProvider {
-        let client = code_runner_conformance::client::connect(url, "trigger-provider")
+        let client = code_runner_conformance::standin::client::connect(url, "trigger-provider")
             .await
             .expect("provider connects");
         let active = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::env::{WorkerCommand, DEFAULT_ENGINE_PORT};
 use super::{schema, Golden, Mode, SuiteError, SuiteOptions};
-use crate::report::LevelGate;
+use crate::suite::report::LevelGate;
 
 /// `code-runner-conformance run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -119,7 +119,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let options = match args.options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::cli::print_error(&e);
             return ExitCode::from(2);
         }
     };
@@ -138,7 +138,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::cli::print_error(&e);
             return ExitCode::from(2);
         }
     };
@@ -185,9 +185,7 @@ pub fn compat_report(
     b: &str,
 ) -> Result<schema::CompatReport, SuiteError> {
     let golden = Golden::locate(golden)?;
-    let load = |t: &str| {
-        schema::load_target(&golden.schemas(), t).map_err(|e| SuiteError::Golden(e.to_string()))
-    };
+    let load = |t: &str| schema::load_target(&golden.schemas(), t).map_err(SuiteError::golden_load);
     let (sa, sb) = (load(a)?, load(b)?);
     Ok(schema::compat(a, &sa, b, &sb))
 }
@@ -206,7 +204,7 @@ pub fn compat(args: CompatArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::cli::print_error(&e);
             ExitCode::from(2)
         }
     }

@@ -178,9 +178,11 @@ pub async fn observe(client: &IIIClient, prefix: &str) -> Result<Observation, Su
         .collect();
     seen.extend(listed);
     if seen.is_empty() {
-        return Err(SuiteError::Environment(format!(
-            "the engine lists no function under {prefix}:: — is the worker connected?"
-        )));
+        return Err(SuiteError::Environment(
+            crate::suite::env::EnvError::Failed(format!(
+                "the engine lists no function under {prefix}:: — is the worker connected?"
+            )),
+        ));
     }
     let known: Vec<String> = KNOWN_FUNCTIONS.iter().map(|f| f.to_string()).collect();
     let published = Published::compare(prefix, &known, &seen);
@@ -401,12 +403,16 @@ pub async fn draft(
     golden: Option<PathBuf>,
 ) -> Result<String, SuiteError> {
     let golden = Golden::locate(golden)?;
-    let targets =
-        Target::load_all(&golden.targets()).map_err(|e| SuiteError::Golden(e.to_string()))?;
+    let targets = Target::load_all(&golden.targets()).map_err(SuiteError::golden_load)?;
     let features = target::known_features(&targets);
-    let client = crate::client::connect(url, "code-runner-conformance")
+    let client = crate::standin::client::connect(url, "code-runner-conformance")
         .await
-        .map_err(|e| SuiteError::Environment(format!("cannot connect to {url}: {e}")))?;
+        .map_err(|e| {
+            SuiteError::Environment(crate::suite::env::EnvError::caused(
+                format!("cannot connect to {url}"),
+                e,
+            ))
+        })?;
     let o = observe(&client, prefix).await;
     client.shutdown_async().await;
     Ok(render(name.unwrap_or(prefix), prefix, url, &o?, &features))

@@ -7,7 +7,7 @@
 //! `IIIWORKER_DISABLE_BUILTIN_DAEMONS` keeps it from spawning external
 //! daemons, and `--no-update-check` from reaching the network.
 
-use crate::bench::GuestGate;
+use crate::standin::stack::GuestGate;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -33,13 +33,13 @@ pub fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
             "  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
         )),
         Some((gate, guest_port)) => {
-            let rbac = crate::bench::guest_rbac(&gate.prefix);
+            let rbac = crate::standin::stack::guest_rbac(&gate.prefix);
             yaml.push_str(&format!(
                 "  - name: iii-worker-manager\n    config:\n      host: {main}\n      port: {port}\n\
                  \x20 - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {guest_port}\n\
                  \x20     rbac:\n        auth_function_id: {auth}\n        on_function_registration_function_id: {hook}\n\
                  \x20       expose_functions:\n          - match(\"*\")\n",
-                main = crate::bench::MAIN_HOST,
+                main = crate::standin::stack::MAIN_HOST,
                 auth = rbac.auth_function_id.unwrap_or_default(),
                 hook = rbac.on_function_registration_function_id.unwrap_or_default(),
             ));
@@ -88,7 +88,7 @@ impl EngineProcess {
             None => None,
         };
         let main_host = match guest {
-            Some(_) => crate::bench::MAIN_HOST,
+            Some(_) => crate::standin::stack::MAIN_HOST,
             None => std::net::Ipv4Addr::LOCALHOST,
         };
         let dir = std::env::temp_dir().join(format!(
@@ -149,7 +149,8 @@ impl EngineProcess {
 
     /// Whether a worker connecting now gets `engine::functions::list` answered.
     async fn answers(&self) -> bool {
-        let Ok(client) = crate::client::connect(&self.url, "code-runner-conformance-probe").await
+        let Ok(client) =
+            crate::standin::client::connect(&self.url, "code-runner-conformance-probe").await
         else {
             return false;
         };

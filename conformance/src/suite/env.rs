@@ -24,13 +24,21 @@ use iii_sdk::IIIClient;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
-use crate::bench::{Bench, BenchOptions, GuestGate, ListenerLayout};
-use crate::config_double::ConfigDouble;
-use crate::engine::StandInEngine;
-use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::config_double::ConfigDouble;
+use crate::standin::engine::StandInEngine;
+use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::stack::{
+    GuestGate, ListenerLayout, Stack, StackError, StackOptions, StackParts,
+};
 
 use super::case::{Boot, EnvSpec, UrlVia};
 use super::engine_bin::EngineProcess;
+
+mod docker;
+mod worker;
+pub use docker::docker_answers;
+use docker::split_image;
+pub use worker::{BuildPolicy, WorkerCommand, WorkerProcess};
 
 /// How long a worker may take to publish its functions.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
@@ -49,354 +57,41 @@ pub enum EnvError {
     /// affected cases are skipped with this reason.
     #[error("{0}")]
     Unavailable(String),
+    /// A check failed; the message says what was expected.
     #[error("{0}")]
     Failed(String),
+    /// A step failed because of an underlying error, kept as the source.
+    #[error("{context}")]
+    Caused {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-/// The worker command line (`--worker-cmd`), without `--url`/`--config`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerCommand {
-    pub program: PathBuf,
-    pub args: Vec<String>,
-}
-
-impl WorkerCommand {
-    /// Splits a shell-like command line.
-    pub fn parse(line: &str) -> Result<WorkerCommand, EnvError> {
-        let parts = shlex::split(line)
-            .filter(|p| !p.is_empty())
-            .ok_or_else(|| EnvError::Failed(format!("cannot split --worker-cmd `{line}`")))?;
-        Ok(WorkerCommand {
-            program: PathBuf::from(&parts[0]),
-            args: parts[1..].to_vec(),
-        })
-    }
-
-    pub fn program(program: impl Into<PathBuf>) -> WorkerCommand {
-        WorkerCommand {
-            program: program.into(),
-            args: Vec::new(),
+impl EnvError {
+    /// `context` failed because of `source`.
+    pub fn caused(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> EnvError {
+        EnvError::Caused {
+            context: context.into(),
+            source: source.into(),
         }
     }
 
-    /// The workspace's `sandbox-code-runner` next to the running executable
-    /// (`target/<profile>/`); built with cargo when it is missing.
-    pub fn default_beside_exe() -> Result<WorkerCommand, EnvError> {
-        WorkerCommand::beside_exe(BuildPolicy::IfMissing)
-    }
-
-    /// The same, with a choice of when to run `cargo build` first.
-    pub fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
-        let exe = std::env::current_exe()
-            .map_err(|e| EnvError::Failed(format!("cannot locate the current executable: {e}")))?;
-        let mut dir = exe
-            .parent()
-            .ok_or_else(|| EnvError::Failed("the executable has no directory".into()))?
-            .to_path_buf();
-        // Test binaries live one level down, in target/<profile>/deps.
-        if dir.file_name().and_then(|n| n.to_str()) == Some("deps") {
-            dir.pop();
+    /// The whole chain on one line (`context: cause: …`), as a case report
+    /// shows it.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
         }
-        let candidate = dir.join("sandbox-code-runner");
-        if policy == BuildPolicy::Always || !candidate.exists() {
-            build_worker(&dir)?;
-        }
-        if !candidate.exists() {
-            return Err(EnvError::Failed(format!(
-                "no worker at {}; build it (`cargo build -p sandbox-code-runner`) or pass --worker-cmd",
-                candidate.display()
-            )));
-        }
-        Ok(WorkerCommand::program(candidate))
-    }
-}
-
-/// When the default worker is (re)built before a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuildPolicy {
-    /// Only when the binary is missing (tests: cargo built it already).
-    IfMissing,
-    /// Every time (the CLI: a run always tests the current sources; a no-op
-    /// when they are built already).
-    Always,
-}
-
-/// `cargo build -p sandbox-code-runner` for the profile whose output
-/// directory is `dir` (`…/target/debug` or `…/target/release`).
-fn build_worker(dir: &Path) -> Result<(), EnvError> {
-    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-    let Some(target_dir) = dir.parent() else {
-        return Ok(());
-    };
-    let manifest = target_dir.parent().map(|w| w.join("Cargo.toml"));
-    let Some(manifest) = manifest.filter(|m| m.exists()) else {
-        return Ok(());
-    };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("building the worker: cargo build --profile {profile} -p sandbox-code-runner");
-    let profile_arg = if profile == "debug" { "dev" } else { profile };
-    let mut command = std::process::Command::new(&cargo);
-    // `cargo run` hands its child the package's own CARGO_* variables; build
-    // scripts that track them (ring's, through cc) would see a changed
-    // environment, rerun, and make the next `cargo run` rebuild half the tree.
-    for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        if key.starts_with("CARGO_PKG_")
-            || key.starts_with("CARGO_MANIFEST_")
-            || matches!(
-                key,
-                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
-            )
-        {
-            command.env_remove(key);
-        }
-    }
-    let status = command
-        .arg("build")
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .arg("--profile")
-        .arg(profile_arg)
-        .arg("-p")
-        .arg("sandbox-code-runner")
-        .arg("--bin")
-        .arg("sandbox-code-runner")
-        .arg("--quiet")
-        .arg("--target-dir")
-        .arg(target_dir)
-        .status();
-    let status = match status {
-        Ok(s) => s,
-        // No cargo here: use whatever binary exists.
-        Err(e) => {
-            eprintln!("note: cannot run {cargo} ({e}); using the existing worker binary");
-            return Ok(());
-        }
-    };
-    if !status.success() {
-        return Err(EnvError::Failed(format!(
-            "cargo build -p sandbox-code-runner failed ({status})"
-        )));
-    }
-    Ok(())
-}
-
-/// A worker process we started.
-pub struct WorkerProcess {
-    cmd: WorkerCommand,
-    url: String,
-    guest_url: Option<String>,
-    url_via: UrlVia,
-    config_path: Option<PathBuf>,
-    pub log_path: PathBuf,
-    dir: PathBuf,
-    child: Option<tokio::process::Child>,
-}
-
-impl WorkerProcess {
-    /// Writes the config (if any) and starts the process.
-    pub fn spawn(
-        cmd: &WorkerCommand,
-        url: &str,
-        url_via: UrlVia,
-        config: Option<&str>,
-    ) -> Result<WorkerProcess, EnvError> {
-        WorkerProcess::spawn_with_guest(cmd, url, url_via, config, None)
-    }
-
-    /// [`WorkerProcess::spawn`], telling the worker the engine's guest
-    /// listener through `III_GUEST_URL` (an env var: a worker that knows no
-    /// guest listener ignores it).
-    pub fn spawn_with_guest(
-        cmd: &WorkerCommand,
-        url: &str,
-        url_via: UrlVia,
-        config: Option<&str>,
-        guest_url: Option<String>,
-    ) -> Result<WorkerProcess, EnvError> {
-        let dir = std::env::temp_dir().join(format!(
-            "code-runner-conformance-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| EnvError::Failed(format!("cannot create {}: {e}", dir.display())))?;
-        let config_path = match config {
-            Some(text) => {
-                let p = dir.join("worker-config.yaml");
-                std::fs::write(&p, text)
-                    .map_err(|e| EnvError::Failed(format!("cannot write {}: {e}", p.display())))?;
-                Some(p)
-            }
-            None => None,
-        };
-        let mut w = WorkerProcess {
-            cmd: cmd.clone(),
-            url: url.to_string(),
-            guest_url,
-            url_via,
-            config_path,
-            log_path: dir.join("worker.log"),
-            dir,
-            child: None,
-        };
-        w.start()?;
-        Ok(w)
-    }
-
-    fn start(&mut self) -> Result<(), EnvError> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
-        let mut c = tokio::process::Command::new(&self.cmd.program);
-        c.args(&self.cmd.args);
-        c.env_remove("III_URL");
-        c.env_remove("III_GUEST_URL");
-        if let Some(g) = &self.guest_url {
-            c.env("III_GUEST_URL", g);
-        }
-        match self.url_via {
-            UrlVia::Flag => {
-                c.arg("--url").arg(&self.url);
-            }
-            UrlVia::Env => {
-                c.env("III_URL", &self.url);
-            }
-            UrlVia::Default => {}
-        }
-        if let Some(p) = &self.config_path {
-            c.arg("--config").arg(p);
-        }
-        if std::env::var_os("RUST_LOG").is_none() {
-            // Debug, so secrecy cases see everything the worker would log.
-            c.env(
-                "RUST_LOG",
-                "debug,iii_sdk=info,tungstenite=info,tokio_tungstenite=info,opentelemetry=warn",
-            );
-        }
-        // stdout and stderr both count as the worker's log: workers differ in
-        // which stream their logger writes to.
-        let log_out = log
-            .try_clone()
-            .map_err(|e| EnvError::Failed(format!("cannot open the worker log: {e}")))?;
-        c.stdin(Stdio::null())
-            .stdout(Stdio::from(log_out))
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true);
-        let child = c.spawn().map_err(|e| {
-            EnvError::Failed(format!(
-                "cannot start the worker `{}`: {e}",
-                self.cmd.program.display()
-            ))
-        })?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// The worker's stdout and stderr so far, interleaved as written.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    /// Whether the process already ended (and how).
-    pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// Waits until every id in `functions` is listed by the engine — or,
-    /// for a worker that publishes only some of them, until that part has
-    /// stayed the same for a moment (the cases needing the rest then fail
-    /// on their own, with the reason).
-    pub async fn wait_ready(
-        &mut self,
-        client: &IIIClient,
-        functions: &[String],
-    ) -> Result<(), EnvError> {
-        let until = Instant::now() + READY_DEADLINE;
-        let mut last: Option<(Vec<String>, Instant)> = None;
-        loop {
-            if let Some(status) = self.try_exit() {
-                return Err(EnvError::Failed(format!(
-                    "the worker exited ({status}) before publishing its functions; log tail:\n{}",
-                    self.log_tail()
-                )));
-            }
-            if let Some(present) = functions_present(client, functions).await {
-                if present.len() == functions.len() {
-                    return Ok(());
-                }
-                match &last {
-                    Some((seen, since)) if *seen == present => {
-                        if !present.is_empty() && since.elapsed() >= SETTLE {
-                            return Ok(());
-                        }
-                    }
-                    _ => last = Some((present, Instant::now())),
-                }
-            }
-            if Instant::now() >= until {
-                return Err(EnvError::Failed(format!(
-                    "the worker did not publish {} within {:?}; log tail:\n{}",
-                    functions.join(", "),
-                    READY_DEADLINE,
-                    self.log_tail()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGTERM, then wait (killing it after a deadline).
-    pub async fn stop(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Some(pid) = child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        match tokio::time::timeout(STOP_DEADLINE, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => {
-                let _ = child.kill().await;
-                child.wait().await.ok()
-            }
-        }
-    }
-
-    /// Waits for the process to end by itself.
-    pub async fn wait_exit(&mut self, deadline: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        let status = tokio::time::timeout(deadline, child.wait())
-            .await
-            .ok()?
-            .ok()?;
-        self.child = None;
-        Some(status)
-    }
-
-    /// Starts the same command again.
-    pub fn respawn(&mut self) -> Result<(), EnvError> {
-        self.start()
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.start_kill();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        out
     }
 }
 
@@ -482,7 +177,7 @@ pub struct Env {
     pub client: IIIClient,
     /// Full ids of the target's functions (readiness).
     functions: Vec<String>,
-    bench: Option<Bench>,
+    bench: Option<Stack>,
     engine: Option<StandInEngine>,
     /// A real engine binary this environment started.
     engine_process: Option<EngineProcess>,
@@ -497,9 +192,9 @@ pub struct Env {
 }
 
 async fn connect(url: &str) -> Result<IIIClient, EnvError> {
-    crate::client::connect(url, "code-runner-conformance")
+    crate::standin::client::connect(url, "code-runner-conformance")
         .await
-        .map_err(|e| EnvError::Failed(format!("the suite's client cannot connect to {url}: {e}")))
+        .map_err(|e| EnvError::caused(format!("the suite's client cannot connect to {url}"), e))
 }
 
 impl Env {
@@ -545,17 +240,18 @@ impl Env {
         layout: ListenerLayout,
     ) -> Result<Env, EnvError> {
         let limits = suite_limits();
-        let bench = Bench::start_with_layout(
-            BenchOptions {
+        let bench = Stack::start_with_layout(
+            StackOptions {
                 port: 0,
                 engine: None,
                 limits: limits.clone(),
                 configuration_dir: None,
+                without_sandbox: false,
             },
             layout,
         )
         .await
-        .map_err(|e| EnvError::Failed(format!("the bench cannot start: {e}")))?;
+        .map_err(|e| EnvError::caused("the stand-in stack cannot start", e))?;
         let url = bench.url();
         let client = connect(&url).await?;
         let mut worker =
@@ -585,33 +281,35 @@ impl Env {
             .with_exposed_port(port.tcp())
             .start()
             .await
-            .map_err(|e| EnvError::Failed(format!("cannot start {image}: {e}")))?;
+            .map_err(|e| EnvError::caused(format!("cannot start {image}"), e))?;
         let host_port = container
             .get_host_port_ipv4(port.tcp())
             .await
-            .map_err(|e| EnvError::Failed(format!("{image} exposes no port {port}: {e}")))?;
+            .map_err(|e| EnvError::caused(format!("{image} exposes no port {port}"), e))?;
         let url = format!("ws://127.0.0.1:{host_port}");
         let until = Instant::now() + READY_DEADLINE;
         let client = loop {
-            match crate::client::connect(&url, "code-runner-conformance").await {
+            match crate::standin::client::connect(&url, "code-runner-conformance").await {
                 Ok(c) => break c,
                 Err(e) if Instant::now() >= until => {
-                    return Err(EnvError::Failed(format!(
-                        "the engine in {image} never accepted a worker at {url}: {e}"
-                    )))
+                    return Err(EnvError::caused(
+                        format!("the engine in {image} never accepted a worker at {url}"),
+                        e,
+                    ))
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         };
         let limits = suite_limits();
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: Some(url.clone()),
             limits: limits.clone(),
             configuration_dir: None,
+            without_sandbox: false,
         })
         .await
-        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
         let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(&url, client, functions, "engine-image");
@@ -635,14 +333,15 @@ impl Env {
         let url = engine.url();
         let client = connect(&url).await?;
         let limits = suite_limits();
-        let bench = Bench::start(BenchOptions {
+        let bench = Stack::start(StackOptions {
             port: 0,
             engine: Some(url.clone()),
             limits: limits.clone(),
             configuration_dir: None,
+            without_sandbox: false,
         })
         .await
-        .map_err(|e| EnvError::Failed(format!("the daemon double cannot attach to {url}: {e}")))?;
+        .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
         let mut worker =
             WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, engine.guest_url())?;
         worker.wait_ready(&client, &functions).await?;
@@ -672,18 +371,13 @@ impl Env {
                     "the default engine port {port} is taken on this host ({e})"
                 ))
             } else {
-                EnvError::Failed(format!("the engine cannot start: {e}"))
+                EnvError::caused("the engine cannot start", e)
             }
         };
-        let (engine, engine_process) = match engine_bin {
-            None => (
-                Some(
-                    StandInEngine::start(port)
-                        .await
-                        .map_err(|e| taken(e.to_string()))?,
-                ),
-                None,
-            ),
+        // A real engine brings its own engine and configuration worker; the
+        // stand-ins come from the one stack type.
+        let engine_process = match engine_bin {
+            None => None,
             Some(bin) => {
                 if spec.without_configuration_worker {
                     return Err(EnvError::Unavailable(
@@ -697,13 +391,8 @@ impl Env {
                 {
                     return Err(taken("in use".into()));
                 }
-                (None, Some(EngineProcess::start(bin, port).await?))
+                Some(EngineProcess::start(bin, port).await?)
             }
-        };
-        let url = match (&engine, &engine_process) {
-            (Some(e), _) => e.url(),
-            (None, Some(p)) => p.url(),
-            (None, None) => unreachable!("one engine was started above"),
         };
         let mut limits = suite_limits();
         if let Some(l) = &spec.sandbox_limits {
@@ -717,48 +406,45 @@ impl Env {
                 limits.default_idle_timeout_secs = v;
             }
         }
-        let double = if spec.sandbox {
-            Some(
-                SandboxDouble::start(&url, limits.clone())
-                    .await
-                    .map_err(|e| {
-                        EnvError::Failed(format!("the daemon double cannot start: {e}"))
-                    })?,
-            )
-        } else {
-            None
-        };
-        let client = connect(&url).await?;
-        // A real engine brings its own configuration worker.
-        let configuration = if spec.configuration_worker && engine_process.is_none() {
-            let dir = std::env::temp_dir().join(format!(
+        let config_dir = (spec.configuration_worker && engine_process.is_none()).then(|| {
+            std::env::temp_dir().join(format!(
                 "code-runner-conformance-config-{}-{:08x}",
                 std::process::id(),
                 rand::random::<u32>()
-            ));
-            match ConfigDouble::start(&url, &dir).await {
-                Ok(c) => Some((c, dir)),
-                Err(e) => {
-                    client.shutdown_async().await;
-                    if let Some(d) = double {
-                        d.shutdown().await;
-                    }
-                    if let Some(engine) = engine {
-                        engine.shutdown().await;
-                    }
-                    return Err(EnvError::Failed(format!(
-                        "the configuration-worker double cannot start: {e}"
-                    )));
-                }
-            }
-        } else {
-            None
+            ))
+        });
+        let options = StackOptions {
+            port,
+            engine: engine_process.as_ref().map(EngineProcess::url),
+            limits: limits.clone(),
+            configuration_dir: config_dir.clone(),
+            without_sandbox: !spec.sandbox,
         };
+        let stack = match Stack::start_with_layout(options, ListenerLayout::open()).await {
+            Ok(s) => s.into_parts(),
+            Err(StackError::Bind { source, .. }) => return Err(taken(source.to_string())),
+            Err(StackError::Sandbox(e)) => {
+                return Err(EnvError::caused("the daemon double cannot start", e))
+            }
+            Err(StackError::Configuration(e)) => {
+                return Err(EnvError::caused(
+                    "the configuration-worker double cannot start",
+                    e,
+                ))
+            }
+        };
+        let StackParts {
+            engine,
+            url,
+            sandbox: double,
+            configuration,
+        } = stack;
+        let configuration = configuration.zip(config_dir);
+        let client = connect(&url).await?;
         let config = match (&spec.worker_config, &spec.worker_config_raw) {
-            (Some(v), _) => Some(
-                serde_yaml::to_string(v)
-                    .map_err(|e| EnvError::Failed(format!("worker_config: {e}")))?,
-            ),
+            (Some(v), _) => {
+                Some(serde_yaml::to_string(v).map_err(|e| EnvError::caused("worker_config", e))?)
+            }
             (None, Some(raw)) => Some(raw.clone()),
             (None, None) => None,
         };
@@ -828,14 +514,14 @@ impl Env {
                 .ok_or_else(|| EnvError::Failed("no worker process in this environment".into()))?;
             w.stop().await
         };
-        let until = Instant::now() + READY_DEADLINE;
-        while !functions_gone(&self.client, &self.functions).await {
-            if Instant::now() >= until {
-                return Err(EnvError::Failed(
-                    "the stopped worker's functions are still listed".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let gone = crate::standin::wait::until(READY_DEADLINE, || {
+            functions_gone(&self.client, &self.functions)
+        })
+        .await;
+        if !gone {
+            return Err(EnvError::Failed(
+                "the stopped worker's functions are still listed".into(),
+            ));
         }
         Ok(status.and_then(|s| s.code()))
     }
@@ -866,7 +552,7 @@ impl Env {
         }
         let d = SandboxDouble::start(&self.url, self.limits.clone())
             .await
-            .map_err(|e| EnvError::Failed(format!("the daemon double cannot start: {e}")))?;
+            .map_err(|e| EnvError::caused("the daemon double cannot start", e))?;
         *guard = Some(d);
         Ok(json!({ "started": true }))
     }
@@ -907,52 +593,6 @@ impl Env {
         if let Some(c) = container {
             let _ = c.rm().await;
         }
-    }
-}
-
-fn split_image(image: &str) -> (String, String) {
-    let slash = image.rfind('/').map_or(0, |i| i + 1);
-    match image[slash..].rfind(':') {
-        Some(i) => (
-            image[..slash + i].to_string(),
-            image[slash + i + 1..].to_string(),
-        ),
-        None => (image.to_string(), "latest".to_string()),
-    }
-}
-
-/// Whether a Docker daemon answers `GET /_ping`; the reason when not.
-pub fn docker_answers() -> Result<(), String> {
-    use std::io::{Read, Write};
-    let host =
-        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
-    let mut answer = String::new();
-    let timeout = Some(Duration::from_secs(3));
-    if let Some(path) = host.strip_prefix("unix://") {
-        let mut s = std::os::unix::net::UnixStream::connect(path)
-            .map_err(|e| format!("no Docker daemon answers at {host} ({e})"))?;
-        let _ = s.set_read_timeout(timeout);
-        s.write_all(request)
-            .and_then(|_| s.read_to_string(&mut answer))
-            .map_err(|e| format!("the Docker daemon at {host} does not answer ({e})"))?;
-    } else if let Some(addr) = host.strip_prefix("tcp://") {
-        let mut s = std::net::TcpStream::connect(addr)
-            .map_err(|e| format!("no Docker daemon answers at {host} ({e})"))?;
-        let _ = s.set_read_timeout(timeout);
-        s.write_all(request)
-            .and_then(|_| s.read_to_string(&mut answer))
-            .map_err(|e| format!("the Docker daemon at {host} does not answer ({e})"))?;
-    } else {
-        return Err(format!("DOCKER_HOST={host} is neither unix:// nor tcp://"));
-    }
-    if answer.contains(" 200 ") {
-        Ok(())
-    } else {
-        Err(format!(
-            "the Docker daemon at {host} answered /_ping with: {}",
-            answer.lines().next().unwrap_or("nothing")
-        ))
     }
 }
 

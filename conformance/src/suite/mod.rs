@@ -19,9 +19,12 @@ pub mod draft;
 pub mod engine_bin;
 pub mod env;
 pub mod errors;
+mod execute;
 pub mod expectations;
+mod golden;
 pub mod matcher;
 pub mod published;
+pub mod report;
 pub mod runner;
 pub mod schema;
 pub mod target;
@@ -36,11 +39,13 @@ use futures_util::StreamExt;
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::{json, Value};
 
-use crate::report::{CaseReport, LevelGate, Progress, Report};
+use crate::suite::report::{CaseReport, LevelGate, Progress, Report};
 use case::{Case, Level};
 use env::{Env, EnvError, WorkerCommand};
 use errors::{ErrorTable, Observed, Violation};
+use execute::{finalize, provisional, run_case, run_schema};
 use expectations::{Expectations, Verdict};
+pub use golden::{closed_world_static, load, Golden, Loaded};
 use target::Target;
 use vars::Vars;
 
@@ -57,135 +62,33 @@ pub enum SuiteError {
     /// Golden data is missing or malformed.
     #[error("golden data: {0}")]
     Golden(String),
+    /// A golden file could not be loaded; the loader's error is the source.
+    #[error("golden data")]
+    GoldenLoad(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The requested environment cannot exist here; nothing was run.
     #[error("skipped: {0}")]
     Unavailable(String),
-    #[error("environment: {0}")]
-    Environment(String),
+    #[error("environment")]
+    Environment(#[source] EnvError),
     /// A `--filter` selected nothing.
     #[error("--filter {0} matches no case (case ids look like `run.one-shot.print`; globs take * and ?)")]
     NoMatch(String),
+}
+
+impl SuiteError {
+    /// A golden loader failed; its error stays the source.
+    pub fn golden_load(e: impl std::error::Error + Send + Sync + 'static) -> SuiteError {
+        SuiteError::GoldenLoad(Box::new(e))
+    }
 }
 
 impl From<EnvError> for SuiteError {
     fn from(e: EnvError) -> SuiteError {
         match e {
             EnvError::Unavailable(m) => SuiteError::Unavailable(m),
-            EnvError::Failed(m) => SuiteError::Environment(m),
+            e => SuiteError::Environment(e),
         }
     }
-}
-
-/// The golden data directory and its layout.
-#[derive(Debug, Clone)]
-pub struct Golden {
-    pub root: PathBuf,
-}
-
-impl Golden {
-    /// `explicit`, else `$CODE_RUNNER_CONFORMANCE_GOLDEN`, else this
-    /// workspace's `golden/`, else `./golden`.
-    pub fn locate(explicit: Option<PathBuf>) -> Result<Golden, SuiteError> {
-        let candidates: Vec<PathBuf> = explicit
-            .into_iter()
-            .chain(std::env::var_os("CODE_RUNNER_CONFORMANCE_GOLDEN").map(PathBuf::from))
-            .chain([
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden"),
-                PathBuf::from("golden"),
-            ])
-            .collect();
-        for c in &candidates {
-            if c.join("cases").is_dir() {
-                return Ok(Golden {
-                    root: c.canonicalize().unwrap_or_else(|_| c.clone()),
-                });
-            }
-        }
-        Err(SuiteError::Golden(format!(
-            "no golden directory (with cases/) among {}",
-            candidates
-                .iter()
-                .map(|c| c.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )))
-    }
-
-    pub fn cases(&self) -> PathBuf {
-        self.root.join("cases")
-    }
-    pub fn targets(&self) -> PathBuf {
-        self.root.join("targets")
-    }
-    pub fn errors(&self) -> PathBuf {
-        self.root.join("errors")
-    }
-    pub fn schemas(&self) -> PathBuf {
-        self.root.join("schemas")
-    }
-    pub fn expectations(&self, target: &str) -> PathBuf {
-        self.root
-            .join("expectations")
-            .join(format!("{target}.yaml"))
-    }
-}
-
-/// Everything loaded for one target.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    pub golden: Golden,
-    pub target: Target,
-    pub cases: Vec<Case>,
-    pub table: ErrorTable,
-    pub expectations: Expectations,
-}
-
-/// Loads and cross-checks the golden data for `target`.
-pub fn load(
-    golden: &Golden,
-    target: &str,
-    expectations: Option<&Path>,
-) -> Result<Loaded, SuiteError> {
-    let g = |e: String| SuiteError::Golden(e);
-    let all = Target::load_all(&golden.targets()).map_err(|e| g(e.to_string()))?;
-    let target = Target::load(&golden.targets(), target).map_err(|e| g(e.to_string()))?;
-    let cases = case::load_cases(&golden.cases(), SUITE_VERSION).map_err(|e| g(e.to_string()))?;
-    let known = target::known_features(&all);
-    for c in &cases {
-        for r in &c.requires {
-            let f = target::requirement_feature(r);
-            if !known.contains(f) {
-                return Err(g(format!(
-                    "{}: requires unknown feature `{f}` (no target profile declares it)",
-                    c.file.display()
-                )));
-            }
-        }
-    }
-    let table = ErrorTable::load(&golden.errors(), &target.name).map_err(|e| g(e.to_string()))?;
-    let exp_path = expectations
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| golden.expectations(&target.name));
-    let expectations = Expectations::load(&exp_path).map_err(|e| g(e.to_string()))?;
-    Ok(Loaded {
-        golden: golden.clone(),
-        target,
-        cases,
-        table,
-        expectations,
-    })
-}
-
-/// Static closed-world findings of a target: its table against the cases
-/// whose requirements its profile meets.
-pub fn closed_world_static(loaded: &Loaded) -> Vec<Violation> {
-    let applicable: Vec<(String, BTreeSet<String>)> = loaded
-        .cases
-        .iter()
-        .filter(|c| loaded.target.unmet(&c.requires).is_none())
-        .map(|c| (c.id.clone(), c.expected_codes()))
-        .collect();
-    errors::closed_world_static(&loaded.table, &applicable)
 }
 
 /// Where the suite runs.
@@ -375,14 +278,14 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
     // run: main listener host-only, guests on an RBAC listener. Any other
     // worker gets the engine's default, one listener its guests can reach.
     let layout = if loaded.target.check("guest_listener").is_ok() {
-        crate::bench::ListenerLayout::guarded(&prefix, 0)
+        crate::standin::stack::ListenerLayout::guarded(&prefix, 0)
     } else {
-        crate::bench::ListenerLayout::open()
+        crate::standin::stack::ListenerLayout::open()
     };
     let (env, worker_cmd, private_ok) = match &opts.mode {
         Mode::EngineBin { bin, worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::engine_bin(bin, &cmd, functions.clone(), layout.guest.as_ref()).await?,
@@ -392,7 +295,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         }
         Mode::Hermetic { worker_cmd } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::hermetic(&cmd, functions.clone(), layout.clone()).await?,
@@ -411,7 +314,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
             worker_cmd,
         } => {
             let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment("no worker command".into())
+                SuiteError::Environment(EnvError::Failed("no worker command".into()))
             })?;
             (
                 Env::engine_image(image, *port, &cmd, functions.clone()).await?,
@@ -584,236 +487,4 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         cases: reports,
         schemas,
     })
-}
-
-fn provisional(r: &JobResult, exp: &Expectations) -> CaseReport {
-    finalize(
-        JobResult {
-            id: r.id.clone(),
-            level: r.level,
-            duration: r.duration,
-            failure: r.failure.clone(),
-            skipped: r.skipped.clone(),
-            envelopes: BTreeMap::new(),
-            notes: Vec::new(),
-            file: None,
-            schema: None,
-        },
-        exp,
-    )
-}
-
-fn finalize(r: JobResult, exp: &Expectations) -> CaseReport {
-    let (verdict, message, reason) = if let Some(skip) = r.skipped {
-        (Verdict::Skip, None, Some(skip))
-    } else {
-        let passed = r.failure.is_none();
-        let verdict = exp.verdict(&r.id, passed);
-        let reason = exp.reason(&r.id).map(str::to_string);
-        let message = match verdict {
-            Verdict::Stale => Some(format!(
-                "listed as a known failure ({}) but passed: the entry is stale, remove it",
-                reason.as_deref().unwrap_or("")
-            )),
-            _ => r.failure,
-        };
-        (verdict, message, reason)
-    };
-    CaseReport {
-        id: r.id,
-        level: r.level,
-        verdict,
-        duration_ms: r.duration.as_millis() as u64,
-        message,
-        reason,
-        envelopes: r.envelopes,
-        notes: r.notes,
-        file: r.file,
-    }
-}
-
-async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
-    let started = Instant::now();
-    let mut result = JobResult {
-        id: case.id.clone(),
-        level: Some(case.level),
-        duration: Duration::ZERO,
-        failure: None,
-        skipped: None,
-        envelopes: BTreeMap::new(),
-        notes: Vec::new(),
-        file: Some(case.file.display().to_string()),
-        schema: None,
-    };
-    if case.level == Level::Profile {
-        if let Some(why) = ctx.loaded.target.undeclared(&case.requires) {
-            result.skipped = Some(why);
-            return result;
-        }
-    }
-    if let Some(why) = ctx.loaded.target.unmet(&case.requires) {
-        result.skipped = Some(why);
-        return result;
-    }
-    // A function the profile lists but the target does not publish fails
-    // the cases that need it, and only those.
-    let needed = published::triggered(&case.all_steps());
-    let missing: Vec<&String> = needed.iter().filter(|f| !ctx.published.has(f)).collect();
-    if !missing.is_empty() {
-        result.failure = Some(format!(
-            "needs {}, which the target does not publish (its profile lists {})",
-            missing
-                .iter()
-                .map(|f| format!("{}::{f}", ctx.prefix))
-                .collect::<Vec<_>>()
-                .join(", "),
-            if missing.len() == 1 { "it" } else { "them" }
-        ));
-        return result;
-    }
-    let private = match &case.environment {
-        None => None,
-        Some(spec) => {
-            if let Err(why) = &ctx.private_ok {
-                result.skipped = Some(why.clone());
-                return result;
-            }
-            let Some(cmd) = &ctx.worker_cmd else {
-                result.skipped = Some("no worker command for a private environment".into());
-                return result;
-            };
-            match Env::private(spec, cmd, ctx.functions.clone(), ctx.engine_bin.as_deref()).await {
-                Ok(e) => Some(e),
-                Err(EnvError::Unavailable(why)) => {
-                    result.skipped = Some(why);
-                    return result;
-                }
-                Err(EnvError::Failed(why)) => {
-                    result.failure = Some(format!("private environment: {why}"));
-                    result.duration = started.elapsed();
-                    return result;
-                }
-            }
-        }
-    };
-    let env = private.as_ref().unwrap_or(ctx.env);
-    let mut vars = Vars::new();
-    vars.set("ns", json!(fresh_namespace()));
-    vars.set("uuid", json!(uuid::Uuid::new_v4().to_string()));
-    vars.set("prefix", json!(ctx.prefix));
-    vars.set("case", json!(case.id));
-    vars.set("engine_url", json!(env.url));
-    let run = runner::CaseRun::new(&case.id, &ctx.prefix, env, vars);
-    let raw = match tokio::time::timeout(CASE_DEADLINE, run.run(case)).await {
-        Ok(raw) => raw,
-        Err(_) => runner::RawOutcome {
-            failure: Some(format!("the case did not finish within {CASE_DEADLINE:?}")),
-            ..runner::RawOutcome::default()
-        },
-    };
-    if let Some(e) = private {
-        e.shutdown().await;
-    }
-    ctx.observed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend(raw.observed);
-    result.failure = raw.failure;
-    result.notes = raw.notes;
-    result.envelopes = raw
-        .envelopes
-        .into_iter()
-        .map(|(k, v)| (k.as_str().to_string(), v))
-        .collect();
-    result.duration = started.elapsed();
-    result
-}
-
-async fn run_schema(ctx: &Context<'_>, function: &str) -> JobResult {
-    let started = Instant::now();
-    let path = schema::golden_path(
-        &ctx.loaded.golden.schemas(),
-        &ctx.loaded.target.name,
-        function,
-    );
-    let mut result = JobResult {
-        id: format!("schema.{function}"),
-        level: Some(Level::Recommended),
-        duration: Duration::ZERO,
-        failure: None,
-        skipped: None,
-        envelopes: BTreeMap::new(),
-        notes: Vec::new(),
-        file: Some(path.display().to_string()),
-        schema: None,
-    };
-    let full = format!("{}::{function}", ctx.prefix);
-    if !ctx.published.has(function) {
-        result.failure = Some(format!(
-            "the target does not publish {full} (its profile lists it)"
-        ));
-        return result;
-    }
-    let info = ctx
-        .env
-        .client
-        .trigger(TriggerRequest {
-            function_id: "engine::functions::info".into(),
-            payload: json!({ "function_id": full }),
-            action: None,
-            timeout_ms: Some(10_000),
-        })
-        .await;
-    let entry = match info {
-        Ok(v) => v,
-        Err(e) => {
-            result.failure = Some(format!("engine::functions::info {full}: {e}"));
-            result.duration = started.elapsed();
-            return result;
-        }
-    };
-    let live = schema::FunctionSchemas::from_entry(&entry);
-    result.schema = Some((function.to_string(), live.normalized()));
-    if ctx.bless {
-        let golden_entry = json!({
-            "name": ctx.loaded.target.function(function),
-            "description": entry.get("description").cloned().unwrap_or(Value::Null),
-            "metadata": entry.get("metadata").cloned().unwrap_or(json!({})),
-            "request_schema": live.request,
-            "response_schema": live.response,
-        });
-        if let Err(e) = schema::write_golden(&path, &golden_entry) {
-            result.failure = Some(format!("cannot write {}: {e}", path.display()));
-        } else {
-            result.notes.push(format!("blessed {}", path.display()));
-        }
-        result.duration = started.elapsed();
-        return result;
-    }
-    match schema::load_golden(&path) {
-        Err(e) => {
-            result.failure = Some(format!(
-                "{e} (generate it with `run --bless-schemas` and review the diff)"
-            ))
-        }
-        Ok(g) => {
-            let golden = schema::FunctionSchemas::from_entry(&g).normalized();
-            let diffs = schema::differences(&golden, &live.normalized());
-            if !diffs.is_empty() {
-                let shown: Vec<String> = diffs.iter().take(10).cloned().collect();
-                result.failure = Some(format!(
-                    "schema drift in {full} against {}: {}{}",
-                    path.display(),
-                    shown.join("; "),
-                    if diffs.len() > 10 {
-                        format!(" (+{} more)", diffs.len() - 10)
-                    } else {
-                        String::new()
-                    }
-                ));
-            }
-        }
-    }
-    result.duration = started.elapsed();
-    result
 }

@@ -9,9 +9,9 @@ use iii_sdk::IIIClient;
 /// clients in one process would otherwise share `host:pid` and the engine
 /// would reject the second one.
 pub async fn client(url: &str, name: &str) -> IIIClient {
-    code_runner_conformance::client::connect_named(url, name)
+    code_runner_conformance::standin::client::connect_named(url, name)
         .await
         .expect("client registers with the engine")
 }
 
-pub use code_runner_conformance::wait::until as wait_for;
+pub use code_runner_conformance::standin::wait::until as wait_for;

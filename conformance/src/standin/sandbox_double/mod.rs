@@ -11,6 +11,7 @@
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
 
+pub mod daemon;
 pub mod error;
 pub mod exec;
 pub mod fs_ops;
@@ -36,9 +37,9 @@ use serde::Serialize;
 
 pub use limits::{SandboxArgs, SandboxLimits};
 
-use error::SandboxError;
+use daemon::Daemon;
+use error::DaemonError;
 use isolation::Isolation;
-use lifecycle::Daemon;
 
 /// The worker name the real daemon registers under.
 pub const WORKER_NAME: &str = "iii-sandbox";
@@ -267,7 +268,7 @@ where
     Req: DeserializeOwned + JsonSchema + Send + 'static,
     Resp: Serialize + JsonSchema + Send + 'static,
     F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
-    Fut: Future<Output = Result<Resp, SandboxError>> + Send + 'static,
+    Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
 {
     let rt = rt.clone();
     let daemon = daemon.clone();
@@ -284,7 +285,7 @@ where
                         tracing::debug!(function = %name, error = %e, "sandbox call failed");
                         Err(iii_sdk::Error::from(e))
                     }
-                    Err(e) => Err(iii_sdk::Error::from(SandboxError::BootFailed(format!(
+                    Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
                         "handler task: {e}"
                     )))),
                 }

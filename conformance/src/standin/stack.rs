@@ -1,11 +1,13 @@
-//! The hermetic bench: the stand-in engine plus the iii-sandbox double, in
+//! The hermetic stack: the stand-in engine plus the iii-sandbox double, in
 //! one process, as `serve` runs them and as tests embed them.
 
 use std::path::PathBuf;
 
-use crate::config_double::ConfigDouble;
-use crate::engine::{EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine};
-use crate::sandbox_double::{SandboxDouble, SandboxLimits};
+use crate::standin::config_double::ConfigDouble;
+use crate::standin::engine::{
+    EngineOptions, FunctionFilter, GuestListener, RbacConfig, StandInEngine,
+};
+use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 
 /// The host-only address of the stand-in's main listener: the double's
 /// sandbox gateway, like the real one, reaches only the host's 127.0.0.1.
@@ -35,7 +37,7 @@ pub fn guest_rbac(prefix: &str) -> RbacConfig {
 
 /// What to start.
 #[derive(Debug, Clone, Default)]
-pub struct BenchOptions {
+pub struct StackOptions {
     /// Stand-in engine port (0 = any). Ignored when `engine` is set.
     pub port: u16,
     /// A real engine to attach the daemon double to, instead of the stand-in.
@@ -43,11 +45,13 @@ pub struct BenchOptions {
     pub limits: SandboxLimits,
     /// Start the configuration-worker double, persisting under this directory.
     pub configuration_dir: Option<PathBuf>,
+    /// Start no daemon double (a suite case connects one later, or never).
+    pub without_sandbox: bool,
 }
 
-/// Why the bench could not start.
+/// Why the stack could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum StackError {
     #[error(
         "stand-in engine cannot bind its main port {port} or its 127.0.0.1 guest port: {source}"
     )]
@@ -62,19 +66,28 @@ pub enum BenchError {
     Configuration(String),
 }
 
-/// A running bench. Dropping it without `shutdown` leaves sandboxes to the
+/// A running stack. Dropping it without `shutdown` leaves sandboxes to the
 /// double's own drop; call `shutdown` to stop them deterministically.
-pub struct Bench {
+pub struct Stack {
     engine: Option<StandInEngine>,
     url: String,
-    sandbox: SandboxDouble,
+    sandbox: Option<SandboxDouble>,
     configuration: Option<ConfigDouble>,
+}
+
+/// What a [`Stack`] started, for a holder that tears each part down in its
+/// own order (the suite's private environments).
+pub struct StackParts {
+    pub engine: Option<StandInEngine>,
+    pub url: String,
+    pub sandbox: Option<SandboxDouble>,
+    pub configuration: Option<ConfigDouble>,
 }
 
 /// Where the stand-in's listeners go.
 #[derive(Debug, Clone)]
 pub struct ListenerLayout {
-    /// The main listener's host (its port is `BenchOptions::port`).
+    /// The main listener's host (its port is `StackOptions::port`).
     pub main_host: std::net::Ipv4Addr,
     /// The RBAC guest listener on 127.0.0.1, if any.
     pub guest: Option<GuestGate>,
@@ -121,17 +134,17 @@ impl Default for ListenerLayout {
     }
 }
 
-impl Bench {
+impl Stack {
     /// Starts with the default [`ListenerLayout`].
-    pub async fn start(options: BenchOptions) -> Result<Bench, BenchError> {
-        Bench::start_with_layout(options, ListenerLayout::default()).await
+    pub async fn start(options: StackOptions) -> Result<Stack, StackError> {
+        Stack::start_with_layout(options, ListenerLayout::default()).await
     }
 
     /// Starts with the stand-in's listeners where `layout` says.
     pub async fn start_with_layout(
-        options: BenchOptions,
+        options: StackOptions,
         layout: ListenerLayout,
-    ) -> Result<Bench, BenchError> {
+    ) -> Result<Stack, StackError> {
         let (engine, url) = match options.engine {
             Some(url) => (None, url),
             None => {
@@ -147,7 +160,7 @@ impl Bench {
                     }),
                 })
                 .await
-                .map_err(|source| BenchError::Bind {
+                .map_err(|source| StackError::Bind {
                     port: options.port,
                     source,
                 })?;
@@ -155,18 +168,35 @@ impl Bench {
                 (Some(engine), url)
             }
         };
-        let sandbox = SandboxDouble::start(&url, options.limits)
-            .await
-            .map_err(|e| BenchError::Sandbox(e.to_string()))?;
+        let sandbox = if options.without_sandbox {
+            None
+        } else {
+            match SandboxDouble::start(&url, options.limits).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
+                    return Err(StackError::Sandbox(e.to_string()));
+                }
+            }
+        };
         let configuration = match &options.configuration_dir {
-            Some(dir) => Some(
-                ConfigDouble::start(&url, dir)
-                    .await
-                    .map_err(|e| BenchError::Configuration(e.to_string()))?,
-            ),
+            Some(dir) => match ConfigDouble::start(&url, dir).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    if let Some(s) = sandbox {
+                        s.shutdown().await;
+                    }
+                    if let Some(engine) = engine {
+                        engine.shutdown().await;
+                    }
+                    return Err(StackError::Configuration(e.to_string()));
+                }
+            },
             None => None,
         };
-        Ok(Bench {
+        Ok(Stack {
             engine,
             url,
             sandbox,
@@ -179,20 +209,30 @@ impl Bench {
         self.url.clone()
     }
 
-    /// The guest listener's URL (on 127.0.0.1), when this bench started the
+    /// The guest listener's URL (on 127.0.0.1), when this stack started the
     /// stand-in: what a worker's `guest_url` should be.
     pub fn guest_url(&self) -> Option<String> {
         self.engine.as_ref().and_then(StandInEngine::guest_url)
     }
 
-    /// The stand-in engine, when this bench started one.
+    /// The stand-in engine, when this stack started one.
     pub fn engine(&self) -> Option<&StandInEngine> {
         self.engine.as_ref()
     }
 
-    /// The daemon double.
-    pub fn sandbox(&self) -> &SandboxDouble {
-        &self.sandbox
+    /// The daemon double, unless started `without_sandbox`.
+    pub fn sandbox(&self) -> Option<&SandboxDouble> {
+        self.sandbox.as_ref()
+    }
+
+    /// What was started, for a holder that stops each part itself.
+    pub fn into_parts(self) -> StackParts {
+        StackParts {
+            engine: self.engine,
+            url: self.url,
+            sandbox: self.sandbox,
+            configuration: self.configuration,
+        }
     }
 
     /// Stops every sandbox, then the engine.
@@ -200,7 +240,9 @@ impl Bench {
         if let Some(c) = self.configuration {
             c.shutdown().await;
         }
-        self.sandbox.shutdown().await;
+        if let Some(s) = self.sandbox {
+            s.shutdown().await;
+        }
         if let Some(engine) = self.engine {
             engine.shutdown().await;
         }

@@ -218,7 +218,7 @@ impl ConfigDouble {
             entries: load(&dir),
             subscribers: BTreeMap::new(),
         }));
-        let client = crate::client::connect_named(engine_url, "configuration")
+        let client = crate::standin::client::connect_named(engine_url, "configuration")
             .await
             .map_err(|e| ConfigDoubleError::Connect(e.to_string()))?;
 
@@ -359,9 +359,12 @@ impl ConfigDouble {
         );
 
         // Ready once the engine routes to it.
-        let ready =
-            crate::client::wait_routable(&client, "configuration::list", Duration::from_secs(10))
-                .await;
+        let ready = crate::standin::client::wait_routable(
+            &client,
+            "configuration::list",
+            Duration::from_secs(10),
+        )
+        .await;
         if !ready {
             return Err(ConfigDoubleError::Connect(
                 "configuration functions never became routable".into(),

@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::error::SandboxError;
+use super::error::DaemonError;
 use super::isolation::{ProcHandle, Scratch};
 use super::network::GuestNet;
 
@@ -170,10 +170,10 @@ impl Registry {
 
     /// Adds a sandbox unless that would exceed `capacity` (or the registry
     /// is closed); a refused sandbox's scratch directory is deleted.
-    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), SandboxError> {
+    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), DaemonError> {
         let mut map = self.lock();
         let refusal = if self.closed.load(Ordering::SeqCst) {
-            Some(SandboxError::BootFailed(
+            Some(DaemonError::BootFailed(
                 "the sandbox daemon is shutting down".into(),
             ))
         } else if map.len() >= capacity {
@@ -192,13 +192,13 @@ impl Registry {
 
     /// The sandbox for an fs op: S002 unknown, S004 stopping. Resets the
     /// idle clock.
-    pub fn touch(&self, id: Uuid) -> Result<Guest, SandboxError> {
+    pub fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
-            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+            .ok_or_else(|| DaemonError::NotFound(id.to_string()))?;
         if e.stopped {
-            return Err(SandboxError::AlreadyStopped(id.to_string()));
+            return Err(DaemonError::AlreadyStopped(id.to_string()));
         }
         e.last_activity = Instant::now();
         Ok(guest_of(id, e))
@@ -206,16 +206,16 @@ impl Registry {
 
     /// Admits one exec: S002 unknown, S004 stopping, S003 at the cap.
     /// Resets the idle clock.
-    pub fn begin_exec(&self, id: Uuid) -> Result<Guest, SandboxError> {
+    pub fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
-            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+            .ok_or_else(|| DaemonError::NotFound(id.to_string()))?;
         if e.stopped {
-            return Err(SandboxError::AlreadyStopped(id.to_string()));
+            return Err(DaemonError::AlreadyStopped(id.to_string()));
         }
         if e.exec_in_flight >= self.exec_cap {
-            return Err(SandboxError::ConcurrentExec(id.to_string()));
+            return Err(DaemonError::ConcurrentExec(id.to_string()));
         }
         e.exec_in_flight += 1;
         e.last_activity = Instant::now();
@@ -255,11 +255,11 @@ impl Registry {
     }
 
     /// Starts a `sandbox::stop`: S002 if unknown.
-    pub fn begin_stop(&self, id: Uuid) -> Result<StopClaim, SandboxError> {
+    pub fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
-            .ok_or_else(|| SandboxError::NotFound(id.to_string()))?;
+            .ok_or_else(|| DaemonError::NotFound(id.to_string()))?;
         if e.stopped {
             return Ok(StopClaim::AlreadyStopping);
         }
@@ -407,8 +407,8 @@ fn claim(id: Uuid, e: &mut Entry) -> StopWork {
 }
 
 /// S400 at capacity, worded as the daemon words it.
-pub fn capacity_error(capacity: usize) -> SandboxError {
-    SandboxError::ResourceLimit(format!("max_concurrent_sandboxes ({capacity}) reached"))
+pub fn capacity_error(capacity: usize) -> DaemonError {
+    DaemonError::ResourceLimit(format!("max_concurrent_sandboxes ({capacity}) reached"))
 }
 
 /// Runs the reaper until the task is aborted.
@@ -428,9 +428,9 @@ pub async fn run_reaper(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox_double::error::SCode;
-    use crate::sandbox_double::image_layer::testing::TempLayer;
-    use crate::sandbox_double::isolation::HostLayout;
+    use crate::standin::sandbox_double::error::SCode;
+    use crate::standin::sandbox_double::image_layer::testing::TempLayer;
+    use crate::standin::sandbox_double::isolation::HostLayout;
 
     /// One layer for every test here (none of them writes into it).
     static TEST_LAYER: std::sync::OnceLock<TempLayer> = std::sync::OnceLock::new();
@@ -460,7 +460,7 @@ mod tests {
         }
     }
 
-    fn code(r: Result<Guest, SandboxError>) -> Option<SCode> {
+    fn code(r: Result<Guest, DaemonError>) -> Option<SCode> {
         r.err().map(|e| e.code())
     }
 

@@ -6,10 +6,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::error::SandboxError;
+use super::daemon::Daemon;
+use super::error::DaemonError;
 use super::exec::{handle_exec, EnvShape, ExecRequest};
 use super::fs_ops::{handle_write, WriteContent, WriteRequest};
-use super::lifecycle::{handle_create, handle_stop, CreateRequest, Daemon, StopRequest};
+use super::lifecycle::{handle_create, handle_stop, CreateRequest, StopRequest};
 
 /// A file dropped into the sandbox before the code runs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -49,7 +50,7 @@ pub struct RunRequest {
 
 /// `sandbox::run` response: the exec's fields, plus `sandbox_id` when kept.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct RunResponse {
+pub struct SandboxRunResponse {
     pub stdout: String,
     pub stderr: String,
     pub exit_code: Option<i32>,
@@ -82,7 +83,7 @@ async fn stop_quietly(d: &Daemon, sandbox_id: &str) {
 }
 
 /// Handles `sandbox::run`.
-pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<RunResponse, SandboxError> {
+pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<SandboxRunResponse, DaemonError> {
     let created = handle_create(
         d,
         CreateRequest {
@@ -96,11 +97,11 @@ pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<RunResponse, Sand
         },
     )
     .await
-    .map_err(|e| SandboxError::run_step("create", "", e))?;
+    .map_err(|e| DaemonError::run_step("create", "", e))?;
     let id = created.sandbox_id;
     let keep = req.keep_sandbox;
 
-    let fail = |step: &'static str, e: SandboxError| SandboxError::run_step(step, &id, e);
+    let fail = |step: &'static str, e: DaemonError| DaemonError::run_step(step, &id, e);
 
     let write = |path: String, content: String| WriteRequest {
         sandbox_id: id.clone(),
@@ -144,7 +145,7 @@ pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<RunResponse, Sand
         stop_quietly(d, &id).await;
     }
     let resp = result.map_err(|e| fail("exec", e))?;
-    Ok(RunResponse {
+    Ok(SandboxRunResponse {
         stdout: resp.stdout,
         stderr: resp.stderr,
         exit_code: resp.exit_code,

@@ -17,10 +17,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::error::SandboxError;
+use super::daemon::{parse_id, wait_for_boot, Daemon};
+use super::error::DaemonError;
 use super::guest_path::{GuestView, Region};
 use super::isolation::{ExecSpec, ExitKind, ProcHandle};
-use super::lifecycle::{parse_id, wait_for_boot, Daemon};
 use super::registry::Registry;
 
 /// Default `timeout_ms`, before the `max_exec_timeout_ms` clamp.
@@ -56,13 +56,13 @@ impl Default for EnvShape {
 
 impl EnvShape {
     /// Normalises to `K=V` strings; S001 lists bad names of the map form.
-    pub fn into_kv_vec(self) -> Result<Vec<String>, SandboxError> {
+    pub fn into_kv_vec(self) -> Result<Vec<String>, DaemonError> {
         match self {
             EnvShape::List(v) => Ok(v),
             EnvShape::Map(m) => {
                 let bad: Vec<&String> = m.keys().filter(|k| !valid_env_name(k)).collect();
                 if !bad.is_empty() {
-                    return Err(SandboxError::InvalidRequest(format!(
+                    return Err(DaemonError::InvalidRequest(format!(
                         "env contains invalid variable name(s): {bad:?}. Names must match `[A-Za-z_][A-Za-z0-9_]*`."
                     )));
                 }
@@ -148,10 +148,10 @@ pub fn resolve_cmd_shape(
     cmd: &str,
     args: &[String],
     argv: &[String],
-) -> Result<(String, Vec<String>), SandboxError> {
+) -> Result<(String, Vec<String>), DaemonError> {
     if !argv.is_empty() {
         if !cmd.is_empty() || !args.is_empty() {
-            return Err(SandboxError::InvalidRequest(format!(
+            return Err(DaemonError::InvalidRequest(format!(
                 "`argv` cannot be combined with `cmd` or `args`. Pick one shape. Got argv={argv:?}, cmd={cmd:?}, args={args:?}"
             )));
         }
@@ -159,18 +159,18 @@ pub fn resolve_cmd_shape(
     }
     if cmd.chars().any(char::is_whitespace) {
         if !args.is_empty() {
-            return Err(SandboxError::InvalidRequest(format!(
+            return Err(DaemonError::InvalidRequest(format!(
                 "cmd contains whitespace (shell-line shape) AND `args` is set; that is ambiguous. Either remove whitespace from cmd and pass arguments via `args`, or leave `args` empty so cmd is shlex-split. Got cmd={cmd:?}, args={args:?}"
             )));
         }
         let parts = shlex::split(cmd).ok_or_else(|| {
-            SandboxError::InvalidRequest(format!(
+            DaemonError::InvalidRequest(format!(
                 "cmd has unbalanced quotes and cannot be shlex-split: {cmd:?}. Use `argv: [...]` for argv arrays with embedded quotes."
             ))
         })?;
         let mut it = parts.into_iter();
         let head = it.next().ok_or_else(|| {
-            SandboxError::InvalidRequest(format!("cmd is empty after shlex split: {cmd:?}"))
+            DaemonError::InvalidRequest(format!("cmd is empty after shlex split: {cmd:?}"))
         })?;
         return Ok((head, it.collect()));
     }
@@ -178,12 +178,12 @@ pub fn resolve_cmd_shape(
 }
 
 /// Decodes `stdin`: missing or "" is immediate EOF.
-pub fn decode_stdin(stdin: Option<&str>) -> Result<Vec<u8>, SandboxError> {
+pub fn decode_stdin(stdin: Option<&str>) -> Result<Vec<u8>, DaemonError> {
     match stdin {
         None | Some("") => Ok(Vec::new()),
         Some(s) => base64::engine::general_purpose::STANDARD
             .decode(s.as_bytes())
-            .map_err(|e| SandboxError::InvalidRequest(format!("stdin base64 decode: {e}"))),
+            .map_err(|e| DaemonError::InvalidRequest(format!("stdin base64 decode: {e}"))),
     }
 }
 
@@ -289,12 +289,12 @@ fn workdir_exists(view: &GuestView, workdir: &str) -> bool {
 
 /// Releases the exec slot however the exec ends (even if its future is
 /// dropped mid-flight).
-struct Slot<'a> {
+struct ExecSlot<'a> {
     registry: &'a Registry,
     id: Uuid,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for ExecSlot<'_> {
     fn drop(&mut self) {
         self.registry.end_exec(self.id);
     }
@@ -319,18 +319,18 @@ impl Drop for Attached<'_> {
 }
 
 /// Handles `sandbox::exec`.
-pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, SandboxError> {
+pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let (cmd, args) = resolve_cmd_shape(&req.cmd, &req.args, &req.argv)?;
     if cmd.is_empty() {
-        return Err(SandboxError::InvalidRequest(
+        return Err(DaemonError::InvalidRequest(
             "cmd is required and must be non-empty (or pass `argv` with at least one element)"
                 .to_string(),
         ));
     }
     let exec_env = parse_kv(&req.env.into_kv_vec()?);
     let guest = d.registry.begin_exec(id)?;
-    let _slot = Slot {
+    let _slot = ExecSlot {
         registry: &d.registry,
         id,
     };
@@ -347,7 +347,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
         .await
         .is_err()
     {
-        return Err(SandboxError::ExecTimedOut(timeout_ms));
+        return Err(DaemonError::ExecTimedOut(timeout_ms));
     }
 
     let env = layer_env(&guest.env, &exec_env);
@@ -401,18 +401,18 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
         network: guest.network,
     };
     if !d.registry.is_live(id) {
-        return Err(SandboxError::BootFailed(VM_GONE.to_string()));
+        return Err(DaemonError::BootFailed(VM_GONE.to_string()));
     }
     let running = d
         .isolation
         .spawn_in(&guest.scratch, &spec, guest.net.clone())
         .await
-        .map_err(|e| SandboxError::BootFailed(format!("shell run: spawn: {e}")))?;
+        .map_err(|e| DaemonError::BootFailed(format!("shell run: spawn: {e}")))?;
     let handle = running.handle.clone();
     let Some(key) = d.registry.attach_proc(id, handle.clone()) else {
         // Stopped while spawning: the guest is gone.
         handle.kill_and_wait(KILL_PATIENCE).await;
-        return Err(SandboxError::BootFailed(VM_GONE.to_string()));
+        return Err(DaemonError::BootFailed(VM_GONE.to_string()));
     };
     let _attached = Attached {
         registry: &d.registry,
@@ -426,9 +426,9 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
             // The daemon SIGKILLs the whole group; answer only once nothing
             // of it is left.
             handle.kill_and_wait(KILL_PATIENCE).await;
-            Err(SandboxError::ExecTimedOut(timeout_ms))
+            Err(DaemonError::ExecTimedOut(timeout_ms))
         }
-        Ok(_) if handle.was_stopped() => Err(SandboxError::BootFailed(VM_GONE.to_string())),
+        Ok(_) if handle.was_stopped() => Err(DaemonError::BootFailed(VM_GONE.to_string())),
         Ok(outcome) => match outcome.exit {
             ExitKind::Code(code) => Ok(ExecResponse::new(
                 &outcome.stdout,
@@ -437,7 +437,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
                 started,
             )),
             ExitKind::ContainerFailure(reason) => {
-                Err(SandboxError::BootFailed(format!("shell run: {reason}")))
+                Err(DaemonError::BootFailed(format!("shell run: {reason}")))
             }
         },
     }
@@ -446,7 +446,7 @@ pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox_double::error::SCode;
+    use crate::standin::sandbox_double::error::SCode;
     use rstest::rstest;
 
     fn s(v: &[&str]) -> Vec<String> {
@@ -524,7 +524,7 @@ mod tests {
     #[case(None, Ok(vec![]))]
     #[case(Some(""), Ok(vec![]))]
     #[case(Some("aGkK"), Ok(b"hi\n".to_vec()))]
-    fn stdin_decoding(#[case] input: Option<&str>, #[case] want: Result<Vec<u8>, SandboxError>) {
+    fn stdin_decoding(#[case] input: Option<&str>, #[case] want: Result<Vec<u8>, DaemonError>) {
         assert_eq!(decode_stdin(input), want);
     }
 

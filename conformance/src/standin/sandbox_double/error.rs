@@ -103,7 +103,7 @@ impl SCode {
 /// as the daemon words it (fs messages carry the supervisor's own text after
 /// a kind prefix, hence e.g. "file not found: path not found: /x").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SandboxError {
+pub enum DaemonError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("sandbox not found: {0}")]
@@ -147,26 +147,26 @@ pub enum SandboxError {
     },
 }
 
-impl SandboxError {
+impl DaemonError {
     /// The wire code.
     pub fn code(&self) -> SCode {
         match self {
-            SandboxError::InvalidRequest(_) => SCode::S001,
-            SandboxError::NotFound(_) => SCode::S002,
-            SandboxError::ConcurrentExec(_) => SCode::S003,
-            SandboxError::AlreadyStopped(_) => SCode::S004,
-            SandboxError::ImageNotInCatalog(_) => SCode::S100,
-            SandboxError::ExecTimedOut(_) => SCode::S200,
-            SandboxError::BootFailed(_) => SCode::S300,
-            SandboxError::ResourceLimit(_) => SCode::S400,
-            SandboxError::FsInvalidRequest(_) => SCode::S210,
-            SandboxError::FsNotFound(_) | SandboxError::FsParentNotFound(_) => SCode::S211,
-            SandboxError::FsWrongType(_) => SCode::S212,
-            SandboxError::FsAlreadyExists(_) => SCode::S213,
-            SandboxError::FsPermission(_) => SCode::S215,
-            SandboxError::FsIo(_) => SCode::S216,
-            SandboxError::FsChannelAborted(_) => SCode::S218,
-            SandboxError::RunStepFailed { inner, .. } => *inner,
+            DaemonError::InvalidRequest(_) => SCode::S001,
+            DaemonError::NotFound(_) => SCode::S002,
+            DaemonError::ConcurrentExec(_) => SCode::S003,
+            DaemonError::AlreadyStopped(_) => SCode::S004,
+            DaemonError::ImageNotInCatalog(_) => SCode::S100,
+            DaemonError::ExecTimedOut(_) => SCode::S200,
+            DaemonError::BootFailed(_) => SCode::S300,
+            DaemonError::ResourceLimit(_) => SCode::S400,
+            DaemonError::FsInvalidRequest(_) => SCode::S210,
+            DaemonError::FsNotFound(_) | DaemonError::FsParentNotFound(_) => SCode::S211,
+            DaemonError::FsWrongType(_) => SCode::S212,
+            DaemonError::FsAlreadyExists(_) => SCode::S213,
+            DaemonError::FsPermission(_) => SCode::S215,
+            DaemonError::FsIo(_) => SCode::S216,
+            DaemonError::FsChannelAborted(_) => SCode::S218,
+            DaemonError::RunStepFailed { inner, .. } => *inner,
         }
     }
 
@@ -174,18 +174,18 @@ impl SandboxError {
     fn fix(&self) -> (Value, Value) {
         let note = |s: &str| Value::String(s.to_string());
         match self {
-            SandboxError::InvalidRequest(_) => (Value::Null, note(NOTE_INVALID)),
-            SandboxError::NotFound(_) | SandboxError::AlreadyStopped(_) => {
+            DaemonError::InvalidRequest(_) => (Value::Null, note(NOTE_INVALID)),
+            DaemonError::NotFound(_) | DaemonError::AlreadyStopped(_) => {
                 (Value::Null, note(NOTE_GONE))
             }
-            SandboxError::ConcurrentExec(_) => (Value::Null, note(NOTE_EXEC_CAP)),
-            SandboxError::ImageNotInCatalog(_) => (Value::Null, note(NOTE_IMAGE)),
-            SandboxError::ExecTimedOut(_) => (Value::Null, note(NOTE_TIMEOUT)),
-            SandboxError::BootFailed(_) | SandboxError::ResourceLimit(_) => {
+            DaemonError::ConcurrentExec(_) => (Value::Null, note(NOTE_EXEC_CAP)),
+            DaemonError::ImageNotInCatalog(_) => (Value::Null, note(NOTE_IMAGE)),
+            DaemonError::ExecTimedOut(_) => (Value::Null, note(NOTE_TIMEOUT)),
+            DaemonError::BootFailed(_) | DaemonError::ResourceLimit(_) => {
                 (Value::Null, note(NOTE_PLATFORM))
             }
-            SandboxError::FsParentNotFound(_) => (json!({ "parents": true }), note(NOTE_PARENTS)),
-            SandboxError::RunStepFailed {
+            DaemonError::FsParentNotFound(_) => (json!({ "parents": true }), note(NOTE_PARENTS)),
+            DaemonError::RunStepFailed {
                 step,
                 sandbox_id,
                 inner,
@@ -198,13 +198,13 @@ impl SandboxError {
                 }),
                 Value::Null,
             ),
-            SandboxError::FsInvalidRequest(_)
-            | SandboxError::FsNotFound(_)
-            | SandboxError::FsWrongType(_)
-            | SandboxError::FsAlreadyExists(_)
-            | SandboxError::FsPermission(_)
-            | SandboxError::FsIo(_)
-            | SandboxError::FsChannelAborted(_) => (Value::Null, Value::Null),
+            DaemonError::FsInvalidRequest(_)
+            | DaemonError::FsNotFound(_)
+            | DaemonError::FsWrongType(_)
+            | DaemonError::FsAlreadyExists(_)
+            | DaemonError::FsPermission(_)
+            | DaemonError::FsIo(_)
+            | DaemonError::FsChannelAborted(_) => (Value::Null, Value::Null),
         }
     }
 
@@ -238,8 +238,8 @@ impl SandboxError {
     }
 
     /// Wraps a failure of one `sandbox::run` step.
-    pub fn run_step(step: &str, sandbox_id: &str, inner: SandboxError) -> SandboxError {
-        SandboxError::RunStepFailed {
+    pub fn run_step(step: &str, sandbox_id: &str, inner: DaemonError) -> DaemonError {
+        DaemonError::RunStepFailed {
             step: step.to_string(),
             sandbox_id: sandbox_id.to_string(),
             message: inner.to_string(),
@@ -248,26 +248,24 @@ impl SandboxError {
     }
 }
 
-impl From<SandboxError> for iii_sdk::Error {
+impl From<DaemonError> for iii_sdk::Error {
     /// `Error::Handler` (not `Remote`) on purpose: the SDK then sends
     /// `invocation_failed` with `handler error: {json}`, as the daemon does.
-    fn from(err: SandboxError) -> Self {
+    fn from(err: DaemonError) -> Self {
         iii_sdk::Error::Handler(err.wire_json())
     }
 }
 
 /// Classifies an I/O error the way the in-VM supervisor does, with `path`
 /// being the path the caller asked for.
-pub fn from_io(path: &str, err: &std::io::Error) -> SandboxError {
+pub fn from_io(path: &str, err: &std::io::Error) -> DaemonError {
     match err.kind() {
-        std::io::ErrorKind::NotFound => SandboxError::FsNotFound(format!("path not found: {path}")),
+        std::io::ErrorKind::NotFound => DaemonError::FsNotFound(format!("path not found: {path}")),
         std::io::ErrorKind::AlreadyExists => {
-            SandboxError::FsAlreadyExists(format!("path already exists: {path}"))
+            DaemonError::FsAlreadyExists(format!("path already exists: {path}"))
         }
-        std::io::ErrorKind::PermissionDenied => {
-            SandboxError::FsPermission(format!("{path}: {err}"))
-        }
-        _ => SandboxError::FsIo(format!("{path}: {err}")),
+        std::io::ErrorKind::PermissionDenied => DaemonError::FsPermission(format!("{path}: {err}")),
+        _ => DaemonError::FsIo(format!("{path}: {err}")),
     }
 }
 
@@ -277,7 +275,7 @@ mod tests {
 
     #[test]
     fn keys_are_alphabetical_and_complete() {
-        let e = SandboxError::NotFound("abc".into());
+        let e = DaemonError::NotFound("abc".into());
         let s = e.wire_json();
         assert_eq!(
             s,
@@ -290,7 +288,7 @@ mod tests {
 
     #[test]
     fn handler_error_prefix_is_the_sdks() {
-        let err: iii_sdk::Error = SandboxError::ExecTimedOut(500).into();
+        let err: iii_sdk::Error = DaemonError::ExecTimedOut(500).into();
         let text = err.to_string();
         assert!(
             text.starts_with("handler error: {\"code\":\"S200\""),
@@ -300,8 +298,8 @@ mod tests {
 
     #[test]
     fn run_step_keeps_inner_code_and_fills_fix() {
-        let inner = SandboxError::ImageNotInCatalog("ubuntu".into());
-        let e = SandboxError::run_step("create", "", inner);
+        let inner = DaemonError::ImageNotInCatalog("ubuntu".into());
+        let e = DaemonError::run_step("create", "", inner);
         let p = e.payload();
         assert_eq!(p["code"], "S100");
         assert_eq!(p["type"], "config");
@@ -316,7 +314,7 @@ mod tests {
 
     #[test]
     fn parent_missing_carries_parents_fix() {
-        let e = SandboxError::FsParentNotFound("parent not found: /a".into());
+        let e = DaemonError::FsParentNotFound("parent not found: /a".into());
         let p = e.payload();
         assert_eq!(p["code"], "S211");
         assert_eq!(p["fix"], json!({"parents": true}));

@@ -2,18 +2,17 @@
 //! `sandbox::list`, `sandbox::catalog::list`, and the state they share.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::error::SandboxError;
+use super::daemon::{parse_id, Daemon};
+use super::error::DaemonError;
 use super::exec::{parse_kv, EnvShape};
-use super::isolation::Isolation;
-use super::limits::SandboxLimits;
 use super::network::{GuestNet, GATEWAY, SHARED_GATEWAY};
-use super::registry::{capacity_error, Entry, Registry, StopClaim, Summary};
+use super::registry::{capacity_error, Entry, StopClaim, Summary};
 
 /// Catalog presets: name, OCI ref. The double runs them on the host's
 /// `/usr/bin/node` and `/usr/bin/python3` (Debian's, with pip), each image
@@ -22,49 +21,6 @@ pub const PRESETS: [(&str, &str); 2] = [
     ("python", "docker.io/iiidev/python:latest"),
     ("node", "docker.io/iiidev/node:latest"),
 ];
-
-/// Everything the handlers share.
-pub struct Daemon {
-    pub registry: Arc<Registry>,
-    pub isolation: Isolation,
-    pub limits: SandboxLimits,
-}
-
-impl Daemon {
-    /// The sandbox table, isolation layer and limits of one double.
-    pub fn new(isolation: Isolation, limits: SandboxLimits) -> Daemon {
-        Daemon {
-            registry: Arc::new(Registry::new(limits.max_concurrent_exec_per_sandbox)),
-            isolation,
-            limits,
-        }
-    }
-
-    /// The SIGTERM→SIGKILL grace of every stop.
-    pub fn stop_grace(&self) -> Duration {
-        Duration::from_millis(self.limits.stop_grace_ms)
-    }
-
-    /// How long past its idle timeout a busy sandbox is protected: one
-    /// clamped exec deadline plus slack, as on the daemon.
-    pub fn busy_grace(&self) -> Duration {
-        Duration::from_millis(self.limits.max_exec_timeout_ms) + Duration::from_secs(60)
-    }
-}
-
-/// Parses a `sandbox_id`, S001 when it is not a UUID.
-pub fn parse_id(raw: &str) -> Result<Uuid, SandboxError> {
-    Uuid::parse_str(raw)
-        .map_err(|_| SandboxError::InvalidRequest(format!("sandbox_id is not a valid UUID: {raw}")))
-}
-
-/// Waits until the modelled guest boot is over.
-pub async fn wait_for_boot(ready_at: Instant) {
-    let now = Instant::now();
-    if ready_at > now {
-        tokio::time::sleep(ready_at - now).await;
-    }
-}
 
 /// Rewrites loopback URLs the way the daemon does for `network:true`
 /// sandboxes, to the guest's gateway (slirp4netns' `10.0.2.2`, which
@@ -111,21 +67,21 @@ pub struct CreateResponse {
 
 /// Handles `sandbox::create`, checking in the daemon's order: capacity
 /// (S400), image (S100), env names (S001).
-pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateResponse, SandboxError> {
+pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateResponse, DaemonError> {
     let capacity = d.limits.max_concurrent_sandboxes;
     if d.registry.count() >= capacity {
         return Err(capacity_error(capacity));
     }
     if !PRESETS.iter().any(|(name, _)| *name == req.image) {
-        return Err(SandboxError::ImageNotInCatalog(req.image));
+        return Err(DaemonError::ImageNotInCatalog(req.image));
     }
     let mut env = req.env.into_kv_vec()?;
     // A network:true guest gets a network of its own (see `network`).
     let net = if req.network == Some(true) {
         tokio::task::spawn_blocking(GuestNet::open)
             .await
-            .map_err(|e| SandboxError::BootFailed(format!("network: {e}")))?
-            .map_err(|e| SandboxError::BootFailed(format!("network: {e}")))?
+            .map_err(|e| DaemonError::BootFailed(format!("network: {e}")))?
+            .map_err(|e| DaemonError::BootFailed(format!("network: {e}")))?
             .map(Arc::new)
     } else {
         None
@@ -144,7 +100,7 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
     let scratch = d
         .isolation
         .scratch(&req.image, id)
-        .map_err(|e| SandboxError::BootFailed(format!("overlay dirs: {e}")))?;
+        .map_err(|e| DaemonError::BootFailed(format!("overlay dirs: {e}")))?;
     let mut entry = Entry::new(
         req.name,
         req.image.clone(),
@@ -182,7 +138,7 @@ pub struct StopResponse {
 
 /// Handles `sandbox::stop`: S001 bad id, S002 unknown; a sandbox already
 /// being stopped answers `stopped:true` at once.
-pub async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, SandboxError> {
+pub async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     if let StopClaim::Claimed(work) = d.registry.begin_stop(id)? {
         d.registry.finish_stop(work, d.stop_grace()).await;

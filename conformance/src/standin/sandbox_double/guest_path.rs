@@ -230,7 +230,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    use crate::sandbox_double::image_layer::testing::TempLayer;
+    use crate::standin::sandbox_double::image_layer::testing::TempLayer;
 
     fn view() -> ((tempdir::Dir, TempLayer), GuestView) {
         let dir = tempdir::Dir::new();

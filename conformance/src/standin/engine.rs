@@ -1,0 +1,436 @@
+//! A loopback stand-in of the iii engine.
+//!
+//! It speaks the worker protocol exactly as the real engine was observed to
+//! (`docs/engine.md` and the recorded transcripts): the same
+//! frames, field order, error codes and messages, so that a worker that works
+//! here works on a real engine. It knows nothing about sandboxes; the daemon
+//! double connects to it like any other worker.
+//!
+//! A second, RBAC-gated listener (the guest listener) is modelled in
+//! [`rbac`]: authentication by a function, call gating, prefixes and the
+//! registration hook. The main listener authenticates nothing.
+//!
+//! Deliberately absent: middleware, trigger(-type) registration hooks,
+//! queues (`enqueue` answers
+//! `enqueue_error` exactly as an engine without a queue worker does), streaming
+//! channels, observe/local-dispatch (the recorded engine advertised no
+//! protocol features), a built-in configuration worker (the hermetic bench
+//! attaches a double instead), the `iii-observability` worker (its functions,
+//! `log`/`trace` trigger types and config watch), and the firing of the
+//! engine's own `engine::functions-available` / `engine::workers-available`
+//! trigger types (bindings to them are accepted and listed, never fired).
+//!
+//! `conformance/tests/transcript_replay.rs` replays the recorded frames against
+//! this module and compares what comes back, key order included.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use uuid::Uuid;
+
+mod builtin;
+mod frames;
+mod frames_in;
+mod invoke;
+mod rbac;
+mod sockets;
+use builtin::*;
+use frames::*;
+use frames_in::*;
+use invoke::*;
+use rbac::{AuthResult, Session};
+pub use rbac::{FunctionFilter, GuestListener, RbacConfig, CARVE_OUT};
+use sockets::*;
+
+/// How long an engine-originated call (auth, registration hook) may take.
+const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the real engine holds a worker's registrations back while it waits
+/// for the worker to name itself through `engine::workers::register`.
+pub const NAME_GRACE: Duration = Duration::from_secs(5);
+
+/// The namespace an invocation without `namespace` resolves in.
+const DEFAULT_NAMESPACE: &str = "default";
+
+/// Upper bound of a batched `engine::functions::info`.
+const INFO_BATCH_MAX: usize = 32;
+
+/// The engine release this module stands in for (`fixtures/transcripts`
+/// were recorded on it); its in-process workers report it as their version.
+pub const ENGINE_VERSION: &str = "0.23.0-rc.4";
+
+/// Trigger types the engine itself declares (its `iii-engine-functions`
+/// worker). Bindings to them are live at once; `engine::triggers::list` hides
+/// them unless `include_internal`. The stand-in never fires them.
+const BUILTIN_TRIGGER_TYPES: &[(&str, &str)] = &[
+    (
+        "engine::functions-available",
+        "Triggered when functions are registered/unregistered",
+    ),
+    (
+        "engine::workers-available",
+        "Triggered when workers connect/disconnect",
+    ),
+];
+
+/// Every `engine::*` function of the real engine's `iii-engine-functions`
+/// worker, for its `function_count` in `engine::workers::list`. The stand-in
+/// answers the ones a worker touches (see [`builtin`]); the others answer
+/// `function_not_found`.
+const ENGINE_FUNCTIONS: &[&str] = &[
+    "engine::channels::create",
+    "engine::functions::info",
+    "engine::functions::list",
+    "engine::register_trigger",
+    "engine::registered-triggers::info",
+    "engine::registered-triggers::list",
+    "engine::triggers::info",
+    "engine::triggers::list",
+    "engine::unregister_trigger",
+    "engine::workers::info",
+    "engine::workers::list",
+    "engine::workers::register",
+];
+
+/// The engine's in-process workers as `engine::workers::list` shows them:
+/// `(id and name, description, function count)`. The real engine also lists
+/// `configuration` and `iii-observability`, which the stand-in does not have.
+const IN_PROCESS_WORKERS: &[(&str, &str, usize)] = &[
+    (
+        "iii-engine-functions",
+        "Core engine introspection (engine::*) and platform authoring reference.",
+        ENGINE_FUNCTIONS.len(),
+    ),
+    (
+        "iii-telemetry",
+        "Anonymous usage telemetry and heartbeat reporting for the engine.",
+        0,
+    ),
+    (
+        "iii-worker-manager",
+        "WebSocket listener that SDK workers connect to. Supports RBAC, middleware, registration hooks, and channels.",
+        0,
+    ),
+];
+
+/// A running stand-in engine bound to loopback.
+pub struct StandInEngine {
+    addr: SocketAddr,
+    guest_addr: Option<SocketAddr>,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    state: Shared,
+}
+
+/// Where the stand-in listens.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The main (trusted) listener's host; loopback only.
+    pub host: Ipv4Addr,
+    /// The main listener's port (0 picks a free one).
+    pub port: u16,
+    /// A second, RBAC-gated listener, as an extra `iii-worker-manager`
+    /// entry with an `rbac` block opens on the real engine.
+    pub guest: Option<GuestListener>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            host: Ipv4Addr::LOCALHOST,
+            port: 0,
+            guest: None,
+        }
+    }
+}
+
+impl StandInEngine {
+    /// Binds 127.0.0.1:`port` (0 picks a free port) and starts serving.
+    /// Only loopback is ever bound: the engine has no authentication.
+    pub async fn start(port: u16) -> std::io::Result<StandInEngine> {
+        StandInEngine::start_with(EngineOptions {
+            port,
+            ..EngineOptions::default()
+        })
+        .await
+    }
+
+    /// Starts the main listener and, when asked, an RBAC guest listener.
+    pub async fn start_with(options: EngineOptions) -> std::io::Result<StandInEngine> {
+        if !options.host.is_loopback()
+            || options
+                .guest
+                .as_ref()
+                .is_some_and(|g| !g.host.is_loopback())
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the stand-in engine binds loopback addresses only",
+            ));
+        }
+        let state: Shared = Arc::new(Mutex::new(State::new()));
+        let listener = TcpListener::bind((options.host, options.port)).await?;
+        let addr = listener.local_addr()?;
+        let mut stops = Vec::new();
+        let mut tasks = Vec::new();
+        let (stop, task) = accept_loop(listener, state.clone(), None);
+        stops.push(stop);
+        tasks.push(task);
+        let mut guest_addr = None;
+        if let Some(g) = options.guest {
+            let listener = TcpListener::bind((g.host, g.port)).await?;
+            guest_addr = Some(listener.local_addr()?);
+            let (stop, task) = accept_loop(listener, state.clone(), Some(Arc::new(g.rbac)));
+            stops.push(stop);
+            tasks.push(task);
+        }
+        tracing::info!(%addr, guest = ?guest_addr, "stand-in engine listening");
+        Ok(StandInEngine {
+            addr,
+            guest_addr,
+            stops,
+            tasks,
+            state,
+        })
+    }
+
+    /// The guest listener's `ws://HOST:PORT`, when one was opened.
+    pub fn guest_url(&self) -> Option<String> {
+        self.guest_addr.map(|a| format!("ws://{a}"))
+    }
+
+    /// The `ws://127.0.0.1:PORT` URL workers connect to.
+    pub fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Ids of the functions currently visible in `namespace`, sorted.
+    /// For tests that wait on registration or unregistration.
+    pub fn function_ids(&self, namespace: &str) -> Vec<String> {
+        let st = lock(&self.state);
+        let mut ids: Vec<String> = st
+            .functions
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, id)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Everything SDKs sent on `/otel` so far (lossy UTF-8), oldest first.
+    pub fn telemetry(&self) -> Vec<String> {
+        lock(&self.state).telemetry.iter().cloned().collect()
+    }
+
+    /// Names of the live, named workers. For tests and leak checks.
+    pub fn worker_names(&self) -> Vec<String> {
+        let st = lock(&self.state);
+        let mut names: Vec<String> = st.workers.values().filter_map(|w| w.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// Declares trigger type `id` on behalf of a worker the bench does not run
+    /// (a console, an agent harness), the way the engine's own types are
+    /// declared: bindings to it become live, so they are listed by
+    /// `engine::registered-triggers::list` and `engine::functions::info` as on
+    /// an engine where that worker is connected. Nothing ever fires it. A
+    /// binding to a type nobody declared stays pending and unlisted, as on the
+    /// real engine.
+    pub fn declare_trigger_type(&self, id: &str, description: &str) {
+        lock(&self.state).trigger_types.insert(
+            id.to_string(),
+            TriggerType {
+                owner: None,
+                description: description.to_string(),
+            },
+        );
+    }
+
+    /// Stops accepting and closes every socket.
+    pub async fn shutdown(mut self) {
+        self.close().await;
+    }
+
+    async fn close(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        let st = lock(&self.state);
+        for w in st.workers.values() {
+            let _ = w.tx.send(Outbound::Close);
+        }
+    }
+}
+
+impl Drop for StandInEngine {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        let st = lock(&self.state);
+        for w in st.workers.values() {
+            let _ = w.tx.send(Outbound::Close);
+        }
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+/// Accepts connections on `listener` until stopped; `rbac` gates them.
+fn accept_loop(
+    listener: TcpListener,
+    state: Shared,
+    rbac: Option<Arc<RbacConfig>>,
+) -> (oneshot::Sender<()>, JoinHandle<()>) {
+    let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop_rx => break,
+                accepted = listener.accept() => {
+                    if let Ok((stream, peer)) = accepted {
+                        let _ = stream.set_nodelay(true);
+                        tokio::spawn(serve_socket(stream, peer, state.clone(), rbac.clone()));
+                    }
+                }
+            }
+        }
+    });
+    (stop_tx, task)
+}
+
+fn lock(state: &Shared) -> MutexGuard<'_, State> {
+    // A panic while holding the lock is a bug in this module; keep serving
+    // the other sockets rather than cascading it.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a connection's writer task sends.
+enum Outbound {
+    Frame(String),
+    Close,
+}
+
+struct State {
+    workers: HashMap<Uuid, Worker>,
+    /// Visible functions, keyed by (namespace, function id).
+    functions: BTreeMap<(String, String), Function>,
+    /// Synchronous invocations awaiting their result, keyed by invocation id.
+    pending: HashMap<String, PendingCall>,
+    trigger_types: BTreeMap<String, TriggerType>,
+    /// Trigger bindings by id, whether or not their type is known yet. Only
+    /// those whose type is declared are live (listed, bound); the others wait
+    /// for their type, unlisted, as the engine's pending bindings do.
+    triggers: BTreeMap<String, Binding>,
+    /// When the engine started: the `connected_at_ms` of its in-process workers.
+    started_at_ms: u128,
+    /// What SDKs sent on `/otel`, kept (bounded) so tests can check that no
+    /// secret reaches telemetry.
+    telemetry: std::collections::VecDeque<String>,
+    telemetry_bytes: usize,
+    /// Calls the engine itself made (auth, hooks), by invocation id.
+    engine_calls: HashMap<String, EngineCall>,
+}
+
+/// Where the answer of an engine-originated call goes.
+type EngineCall = oneshot::Sender<Result<Value, (String, String)>>;
+
+/// Bound of the kept telemetry, oldest dropped first.
+const TELEMETRY_KEEP_BYTES: usize = 64 << 20;
+
+impl State {
+    fn new() -> State {
+        let trigger_types = BUILTIN_TRIGGER_TYPES
+            .iter()
+            .map(|(id, description)| {
+                (
+                    id.to_string(),
+                    TriggerType {
+                        owner: None,
+                        description: description.to_string(),
+                    },
+                )
+            })
+            .collect();
+        State {
+            workers: HashMap::new(),
+            functions: BTreeMap::new(),
+            pending: HashMap::new(),
+            trigger_types,
+            triggers: BTreeMap::new(),
+            started_at_ms: now_ms(),
+            telemetry: std::collections::VecDeque::new(),
+            telemetry_bytes: 0,
+            engine_calls: HashMap::new(),
+        }
+    }
+
+    /// Whether `b`'s trigger type is declared, i.e. the binding is live.
+    fn is_live(&self, b: &Binding) -> bool {
+        self.trigger_types.contains_key(&b.trigger_type)
+    }
+}
+
+struct Worker {
+    tx: mpsc::UnboundedSender<Outbound>,
+    name: Option<String>,
+    namespace: String,
+    named: bool,
+    /// Registrations held back until the worker names itself (or the grace ends).
+    held: Vec<Function>,
+    metadata: Value,
+    connected_at_ms: u128,
+    /// Set on an RBAC listener: what this connection may call and register.
+    session: Option<Arc<Session>>,
+}
+
+#[derive(Clone)]
+struct Function {
+    id: String,
+    owner: Uuid,
+    description: Option<String>,
+    request_format: Option<Value>,
+    response_format: Option<Value>,
+    metadata: Option<Value>,
+}
+
+struct PendingCall {
+    caller: Uuid,
+    callee: Uuid,
+    function_id: String,
+}
+
+struct TriggerType {
+    /// The worker that declared it; `None` for the engine's own types.
+    owner: Option<Uuid>,
+    description: String,
+}
+
+#[derive(Clone)]
+struct Binding {
+    id: String,
+    trigger_type: String,
+    function_id: String,
+    config: Value,
+    owner: Uuid,
+}
