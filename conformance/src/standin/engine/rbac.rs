@@ -1,7 +1,7 @@
 //! RBAC listeners of the stand-in engine: a second `iii-worker-manager`
 //! listener whose connections are authenticated by a function and whose
-//! calls are gated (`shared/spec/engine-protocol.md`, "A second listener with
-//! RBAC", measured on engine 0.23.0-rc.4).
+//! calls are gated (`docs/engine.md`, "Listeners with RBAC", measured on
+//! engine 0.23.0-rc.4).
 //!
 //! Modelled: the AuthInput shape, the AuthResult fields that gate calls and
 //! registrations, the decision order with its infrastructure carve-out, the

@@ -1,5 +1,5 @@
 //! The sandbox network of a `network:true` sandbox, as the real daemon
-//! gives it (`shared/spec/sandbox-contract.md`): the guest has its own
+//! gives it (`docs/sandbox.md`): the guest has its own
 //! network, where one gateway address reaches the host's `127.0.0.1` on
 //! any port and nothing else on the host's loopback (the guest's own
 //! 127.0.0.0/8 never leaves it), while outbound traffic goes out through
