@@ -66,11 +66,7 @@ fn main() {
             });
             ids.push(format!("boot/{id}"));
             // Baseline: a bare exec of the same code on a running (booted) VM.
-            let sid = rt.block_on(async {
-                let sid = direct_create(&client, lang.image()).await;
-                direct_exec(&client, &sid, &guest::run_exec(lang, code_of(lang), 10_000)).await;
-                sid
-            });
+            let sid = rt.block_on(booted_direct_vm(&client, lang, code_of(lang)));
             let id = format!("direct_exec_running_vm/{lang}");
             g.bench_function(&id, |b| {
                 b.to_async(&rt).iter(|| async {
@@ -168,11 +164,7 @@ fn main() {
             );
             ids.push(format!("reuse/{id}"));
 
-            let sid = rt.block_on(async {
-                let sid = direct_create(&client, lang.image()).await;
-                direct_exec(&client, &sid, &guest::run_exec(lang, code_of(lang), 10_000)).await;
-                sid
-            });
+            let sid = rt.block_on(booted_direct_vm(&client, lang, code_of(lang)));
             let id = format!("direct_exec/{lang}");
             g.bench_function(&id, |b| {
                 b.to_async(&rt).iter(|| async {
@@ -314,16 +306,7 @@ fn main() {
                             let mut total = Duration::ZERO;
                             for _ in 0..iters {
                                 pool_ready(client, "python", n).await;
-                                let t = Instant::now();
-                                let runs = (0..n).map(|_| {
-                                    must(
-                                        client,
-                                        "sandbox-code-runner::run",
-                                        json!({"lang": "python", "code": PY}),
-                                    )
-                                });
-                                futures_util::future::join_all(runs).await;
-                                total += t.elapsed();
+                                total += parallel_oneshots(client, n, PY).await;
                             }
                             total
                         }

@@ -444,3 +444,35 @@ pub fn write_summary(
     );
     eprintln!("summary written to {}", path.display());
 }
+
+/// A VM created directly and booted by one exec of `code`: the baseline of
+/// "an exec on a running VM". The caller stops it.
+pub async fn booted_direct_vm(
+    client: &IIIClient,
+    lang: sandbox_code_runner::ids::Lang,
+    code: &str,
+) -> String {
+    let sid = direct_create(client, lang.image()).await;
+    direct_exec(
+        client,
+        &sid,
+        &sandbox_code_runner::guest::run_exec(lang, code, 10_000),
+    )
+    .await;
+    sid
+}
+
+/// `n` one-shot python runs of `code` through the worker at once; the wall
+/// time from the first call to the last answer.
+pub async fn parallel_oneshots(client: &IIIClient, n: u64, code: &str) -> Duration {
+    let t = Instant::now();
+    let runs = (0..n).map(|_| {
+        must(
+            client,
+            "sandbox-code-runner::run",
+            json!({"lang": "python", "code": code}),
+        )
+    });
+    futures_util::future::join_all(runs).await;
+    t.elapsed()
+}

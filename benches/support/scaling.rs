@@ -117,16 +117,7 @@ pub fn scaling(
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     settled(client, 0).await;
-                    let t = Instant::now();
-                    let runs = (0..n).map(|_| {
-                        must(
-                            client,
-                            "sandbox-code-runner::run",
-                            json!({"lang": "python", "code": PY}),
-                        )
-                    });
-                    futures_util::future::join_all(runs).await;
-                    total += t.elapsed();
+                    total += parallel_oneshots(client, n, PY).await;
                 }
                 total
             })

@@ -300,22 +300,37 @@ impl Env {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         };
+        let mut env = Env::attached(&url, client, cmd, functions, None, "engine-image").await?;
+        env.container = Some(container);
+        Ok(env)
+    }
+
+    /// A real engine at `url` (reached by `client`): the daemon double
+    /// attached to it, the worker spawned and published.
+    async fn attached(
+        url: &str,
+        client: IIIClient,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+        guest_url: Option<String>,
+        kind: &str,
+    ) -> Result<Env, EnvError> {
         let limits = suite_limits();
-        let bench = Stack::start(StackOptions {
+        let stack = Stack::start(StackOptions {
             port: 0,
-            engine: Some(url.clone()),
+            engine: Some(url.to_string()),
             limits: limits.clone(),
             configuration_dir: None,
             without_sandbox: false,
         })
         .await
         .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
-        let mut worker = WorkerProcess::spawn(cmd, &url, UrlVia::Flag, None)?;
+        let mut worker = WorkerProcess::spawn_with_guest(cmd, url, UrlVia::Flag, None, guest_url)?;
         worker.wait_ready(&client, &functions).await?;
-        let mut env = Env::bare(&url, client, functions, "engine-image");
-        env.bench = Some(bench);
+        let mut env = Env::bare(url, client, functions, kind);
+        env.bench = Some(stack);
+        env.limits = limits;
         env.worker = Mutex::new(Some(worker));
-        env.container = Some(container);
         Ok(env)
     }
 
@@ -332,23 +347,15 @@ impl Env {
         let engine = EngineProcess::start_with(bin, 0, guest).await?;
         let url = engine.url();
         let client = connect(&url).await?;
-        let limits = suite_limits();
-        let bench = Stack::start(StackOptions {
-            port: 0,
-            engine: Some(url.clone()),
-            limits: limits.clone(),
-            configuration_dir: None,
-            without_sandbox: false,
-        })
-        .await
-        .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
-        let mut worker =
-            WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, engine.guest_url())?;
-        worker.wait_ready(&client, &functions).await?;
-        let mut env = Env::bare(&url, client, functions, "engine-bin");
-        env.bench = Some(bench);
-        env.limits = limits;
-        env.worker = Mutex::new(Some(worker));
+        let mut env = Env::attached(
+            &url,
+            client,
+            cmd,
+            functions,
+            engine.guest_url(),
+            "engine-bin",
+        )
+        .await?;
         env.engine_process = Some(engine);
         Ok(env)
     }

@@ -334,24 +334,8 @@ impl Report {
                 self.level.as_str(),
                 xml(message)
             ),
-            Verdict::Fail => format!(
-                "      <failure message=\"{}\" type=\"fail\">{}</failure>\n",
-                xml(&first_line(if message.is_empty() {
-                    "failed"
-                } else {
-                    message
-                })),
-                xml(message)
-            ),
-            Verdict::Stale => format!(
-                "      <failure message=\"{}\" type=\"stale-expectation\">{}</failure>\n",
-                xml(&first_line(if message.is_empty() {
-                    "stale"
-                } else {
-                    message
-                })),
-                xml(message)
-            ),
+            Verdict::Fail => junit_failure("fail", "failed", message),
+            Verdict::Stale => junit_failure("stale-expectation", "stale", message),
             Verdict::Skip => format!(
                 "      <skipped message=\"{}\"/>\n",
                 xml(c.reason.as_deref().unwrap_or(""))
@@ -385,6 +369,21 @@ fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
 /// Continuation lines of a multi-line message, indented under its first.
 fn indent(s: &str, pad: &str) -> String {
     s.lines().collect::<Vec<_>>().join(&format!("\n{pad}"))
+}
+
+/// A JUnit `<failure>` of `kind`: its first line as the message attribute
+/// (`fallback` when there is none), the whole text as the body.
+fn junit_failure(kind: &str, fallback: &str, message: &str) -> String {
+    let head = if message.is_empty() {
+        fallback
+    } else {
+        message
+    };
+    format!(
+        "      <failure message=\"{}\" type=\"{kind}\">{}</failure>\n",
+        xml(&first_line(head)),
+        xml(message)
+    )
 }
 
 fn first_line(s: &str) -> String {
