@@ -145,8 +145,7 @@ pub struct EnvSpec {
     /// boots, so its entry and hot-apply trigger are live.
     #[serde(default)]
     pub configuration_worker: bool,
-    /// The case observes an engine with no configuration worker at all
-    /// (a real engine always has one: such a case is skipped on it).
+    /// The case needs an engine with no configuration worker (never a real one).
     #[serde(default)]
     pub without_configuration_worker: bool,
 }
