@@ -11,15 +11,7 @@ pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Opti
     let mut present = Vec::new();
     // The engine answers at most 32 ids per batch.
     for chunk in functions.chunks(32) {
-        let answer = client
-            .trigger(TriggerRequest {
-                function_id: "engine::functions::info".into(),
-                payload: json!({ "function_ids": chunk }),
-                action: None,
-                timeout_ms: Some(5_000),
-            })
-            .await
-            .ok()?;
+        let answer = info_batch(client, chunk).await?;
         let entries = answer.get("functions")?.as_array()?;
         present.extend(
             entries
@@ -36,15 +28,7 @@ pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Opti
 /// `Some(true)` when every function is listed, `Some(false)` when one is
 /// not, `None` when the engine could not be asked.
 pub async fn functions_listed(client: &IIIClient, functions: &[String]) -> Option<bool> {
-    let answer = client
-        .trigger(TriggerRequest {
-            function_id: "engine::functions::info".into(),
-            payload: json!({ "function_ids": functions }),
-            action: None,
-            timeout_ms: Some(5_000),
-        })
-        .await
-        .ok()?;
+    let answer = info_batch(client, functions).await?;
     let entries = answer.get("functions")?.as_array()?;
     Some(
         entries.len() == functions.len()
@@ -56,19 +40,25 @@ pub async fn functions_listed(client: &IIIClient, functions: &[String]) -> Optio
 
 /// Whether none of `functions` is listed any more.
 pub(super) async fn functions_gone(client: &IIIClient, functions: &[String]) -> bool {
-    let Ok(answer) = client
-        .trigger(TriggerRequest {
-            function_id: "engine::functions::info".into(),
-            payload: json!({ "function_ids": functions }),
-            action: None,
-            timeout_ms: Some(5_000),
-        })
-        .await
-    else {
+    let Some(answer) = info_batch(client, functions).await else {
         return false;
     };
     answer
         .get("functions")
         .and_then(Value::as_array)
         .is_some_and(|a| a.iter().all(|e| e.get("error").is_some()))
+}
+
+/// `engine::functions::info` in its batch form; `None` when the engine could
+/// not be asked.
+async fn info_batch(client: &IIIClient, ids: &[String]) -> Option<Value> {
+    client
+        .trigger(TriggerRequest {
+            function_id: "engine::functions::info".into(),
+            payload: json!({ "function_ids": ids }),
+            action: None,
+            timeout_ms: Some(5_000),
+        })
+        .await
+        .ok()
 }
