@@ -247,22 +247,22 @@ fn main() {
                 "sandbox::fs::write",
                 json!({"sandbox_id": sid, "path": path, "content": source, "parents": true}),
             ));
+            // The baseline: the same exec the worker makes, sent directly.
+            let direct_call = || async {
+                let secret = guest::new_secret();
+                let p = guest::invoke_exec(
+                    lang,
+                    &fid,
+                    &path,
+                    guest::InvokeMode::Call,
+                    &json!({"n": 21}),
+                    &secret,
+                    10_000,
+                );
+                direct_exec(&client, &sid, &p).await;
+            };
             let id = format!("direct_exec/{lang}");
-            g.bench_function(&id, |b| {
-                b.to_async(&rt).iter(|| async {
-                    let secret = guest::new_secret();
-                    let p = guest::invoke_exec(
-                        lang,
-                        &fid,
-                        &path,
-                        guest::InvokeMode::Call,
-                        &json!({"n": 21}),
-                        &secret,
-                        10_000,
-                    );
-                    direct_exec(&client, &sid, &p).await;
-                })
-            });
+            g.bench_function(&id, |b| b.to_async(&rt).iter(direct_call));
             ids.push(format!("handler_call/{id}"));
             rt.block_on(paired(
                 &format!("handler_call/{lang}"),
@@ -270,19 +270,7 @@ fn main() {
                 || async {
                     must(&client, &fid, json!({"n": 21})).await;
                 },
-                || async {
-                    let secret = guest::new_secret();
-                    let p = guest::invoke_exec(
-                        lang,
-                        &fid,
-                        &path,
-                        guest::InvokeMode::Call,
-                        &json!({"n": 21}),
-                        &secret,
-                        10_000,
-                    );
-                    direct_exec(&client, &sid, &p).await;
-                },
+                direct_call,
             ));
             rt.block_on(direct_stop(&client, &sid));
         }
