@@ -74,19 +74,7 @@ async fn run_against_reference(
 
 /// The assertions shared by both modes.
 fn assert_only_listed_recommended_failures(report: &Report) {
-    let unexpected: Vec<String> = report
-        .unexpected()
-        .iter()
-        .map(|c| {
-            format!(
-                "{} {} [{}]: {}",
-                c.verdict.label(),
-                c.id,
-                c.level.map(Level::as_str).unwrap_or("-"),
-                c.message.as_deref().unwrap_or("")
-            )
-        })
-        .collect();
+    let unexpected = report.unexpected_lines();
     assert!(
         unexpected.is_empty(),
         "unexpected results against the reference worker:\n{}",

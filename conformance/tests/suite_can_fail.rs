@@ -35,10 +35,7 @@ const FUNCTIONS: [&str; 6] = [
 ];
 
 fn worker() -> WorkerCommand {
-    match std::env::var_os("SANDBOX_CODE_RUNNER_BIN") {
-        Some(p) => WorkerCommand::program(p),
-        None => WorkerCommand::default_beside_exe().expect("the worker binary"),
-    }
+    WorkerCommand::default_beside_exe().expect("the worker binary")
 }
 
 async fn forward(

@@ -6,13 +6,8 @@
 use code_runner_conformance::suite::env::WorkerCommand;
 use code_runner_conformance::suite::{run, Mode, SuiteOptions};
 
-/// `SANDBOX_CODE_RUNNER_BIN`, else `target/<profile>/sandbox-code-runner`
-/// (built with cargo when missing).
 fn worker() -> WorkerCommand {
-    match std::env::var_os("SANDBOX_CODE_RUNNER_BIN") {
-        Some(p) => WorkerCommand::program(p),
-        None => WorkerCommand::default_beside_exe().expect("the worker binary"),
-    }
+    WorkerCommand::default_beside_exe().expect("the worker binary")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,18 +21,7 @@ async fn the_whole_suite_passes_against_our_worker() {
     options.jobs = 4;
     let report = run(options).await.expect("the suite runs");
     eprint!("{}", report.summary_text());
-    let unexpected: Vec<String> = report
-        .unexpected()
-        .iter()
-        .map(|c| {
-            format!(
-                "{} {}: {}",
-                c.verdict.label(),
-                c.id,
-                c.message.as_deref().unwrap_or("")
-            )
-        })
-        .collect();
+    let unexpected = report.unexpected_lines();
     assert!(
         unexpected.is_empty(),
         "unexpected results:\n{}",

@@ -167,6 +167,23 @@ impl Report {
             .collect()
     }
 
+    /// One line per unexpected result, `VERDICT [level] id: message`, as the
+    /// summary shows them (and as a test's failure message should).
+    pub fn unexpected_lines(&self) -> Vec<String> {
+        self.unexpected()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} [{}] {}: {}",
+                    c.verdict.label(),
+                    level_key(c.level),
+                    c.id,
+                    indent(c.message.as_deref().unwrap_or(""), "      ")
+                )
+            })
+            .collect()
+    }
+
     /// Problems reported but outside the run's `--level`.
     pub fn outside_level(&self) -> Vec<&CaseReport> {
         self.cases
@@ -184,18 +201,11 @@ impl Report {
     pub fn summary_text(&self) -> String {
         let s = &self.summary;
         let mut out = String::new();
-        let unexpected = self.unexpected();
+        let unexpected = self.unexpected_lines();
         if !unexpected.is_empty() {
             let _ = writeln!(out, "\nunexpected results:");
-            for c in &unexpected {
-                let _ = writeln!(
-                    out,
-                    "  {} [{}] {}: {}",
-                    c.verdict.label(),
-                    level_key(c.level),
-                    c.id,
-                    indent(c.message.as_deref().unwrap_or(""), "      ")
-                );
+            for line in &unexpected {
+                let _ = writeln!(out, "  {line}");
             }
         }
         let outside = self.outside_level();

@@ -30,10 +30,14 @@ impl WorkerCommand {
         }
     }
 
-    /// The workspace's `sandbox-code-runner` next to the running executable
-    /// (`target/<profile>/`); built with cargo when it is missing.
+    /// The workspace's `sandbox-code-runner`: `$SANDBOX_CODE_RUNNER_BIN`
+    /// when set, else the one next to the running executable
+    /// (`target/<profile>/`), built with cargo when it is missing.
     pub fn default_beside_exe() -> Result<WorkerCommand, EnvError> {
-        WorkerCommand::beside_exe(BuildPolicy::IfMissing)
+        match std::env::var_os("SANDBOX_CODE_RUNNER_BIN") {
+            Some(p) => Ok(WorkerCommand::program(p)),
+            None => WorkerCommand::beside_exe(BuildPolicy::IfMissing),
+        }
     }
 
     /// The same, with a choice of when to run `cargo build` first.
