@@ -3,16 +3,34 @@
 //! the `sandbox::*` work; this type only decides.
 //!
 //! A pooled VM serves exactly one run or one runtime, then is stopped like
-//! any other: the pool is never shared between tenants.
+//! any other: the pool is never shared between tenants. A pooled python VM
+//! may already hold the guest SDK (planted before any tenant code ran), so
+//! runs that use `iii` prefer those and runs that do not leave them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use crate::ids::Lang;
 
+/// One pre-booted VM, and whether the guest SDK is already in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PooledVm {
+    pub id: String,
+    pub sdk: bool,
+}
+
+impl PooledVm {
+    pub fn bare(id: impl Into<String>) -> PooledVm {
+        PooledVm {
+            id: id.into(),
+            sdk: false,
+        }
+    }
+}
+
 #[derive(Default)]
 struct PoolState {
-    ready: HashMap<Lang, VecDeque<String>>,
+    ready: HashMap<Lang, VecDeque<PooledVm>>,
     warming: HashMap<Lang, usize>,
     closed: bool,
 }
@@ -37,12 +55,32 @@ impl WarmPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hands a ready VM to its one tenant.
-    pub fn take(&self, lang: Lang) -> Option<String> {
-        self.lock()
-            .ready
-            .get_mut(&lang)
-            .and_then(VecDeque::pop_front)
+    /// Hands a ready VM to its one tenant: one whose SDK state is `sdk` if
+    /// there is one (the oldest such), else the oldest.
+    pub fn take(&self, lang: Lang, sdk: bool) -> Option<PooledVm> {
+        let mut st = self.lock();
+        let q = st.ready.get_mut(&lang)?;
+        let at = q.iter().position(|vm| vm.sdk == sdk).unwrap_or(0);
+        q.remove(at)
+    }
+
+    /// Takes the ready VMs of `lang` that lack the SDK, to plant it in them
+    /// while no tenant holds them. They count as warming until they
+    /// `arrive` again.
+    pub fn take_without_sdk(&self, lang: Lang) -> Vec<String> {
+        let mut st = self.lock();
+        if st.closed {
+            return Vec::new();
+        }
+        let Some(q) = st.ready.get_mut(&lang) else {
+            return Vec::new();
+        };
+        let (bare, keep): (VecDeque<PooledVm>, VecDeque<PooledVm>) =
+            q.drain(..).partition(|vm| !vm.sdk);
+        *q = keep;
+        let n = bare.len();
+        *st.warming.entry(lang).or_default() += n;
+        bare.into_iter().map(|vm| vm.id).collect()
     }
 
     /// How many VMs to start warming now for `lang`; they are counted as
@@ -59,17 +97,17 @@ impl WarmPool {
         missing
     }
 
-    /// A warming VM finished: `Some(id)` joins the pool, `None` failed.
+    /// A warming VM finished: `Some(vm)` joins the pool, `None` failed.
     /// Returns the id back when the pool closed meanwhile: the caller stops it.
-    pub fn arrive(&self, lang: Lang, vm: Option<String>) -> Option<String> {
+    pub fn arrive(&self, lang: Lang, vm: Option<PooledVm>) -> Option<String> {
         let mut st = self.lock();
         if let Some(w) = st.warming.get_mut(&lang) {
             *w = w.saturating_sub(1);
         }
         let back = match vm {
-            Some(id) if st.closed => Some(id),
-            Some(id) => {
-                st.ready.entry(lang).or_default().push_back(id);
+            Some(vm) if st.closed => Some(vm.id),
+            Some(vm) => {
+                st.ready.entry(lang).or_default().push_back(vm);
                 None
             }
             None => None,
@@ -82,7 +120,11 @@ impl WarmPool {
     /// Empties the ready VMs (capacity pressure): the caller stops them.
     pub fn drain(&self) -> Vec<String> {
         let mut st = self.lock();
-        st.ready.values_mut().flat_map(|q| q.drain(..)).collect()
+        st.ready
+            .values_mut()
+            .flat_map(|q| q.drain(..))
+            .map(|vm| vm.id)
+            .collect()
     }
 
     /// Closes the pool for good and empties it.
@@ -118,6 +160,14 @@ impl WarmPool {
     pub fn ready(&self, lang: Lang) -> usize {
         self.lock().ready.get(&lang).map_or(0, VecDeque::len)
     }
+
+    /// Ready VMs of `lang` that already hold the guest SDK.
+    pub fn ready_with_sdk(&self, lang: Lang) -> usize {
+        self.lock()
+            .ready
+            .get(&lang)
+            .map_or(0, |q| q.iter().filter(|vm| vm.sdk).count())
+    }
 }
 
 #[cfg(test)]
@@ -129,7 +179,7 @@ mod tests {
         let p = WarmPool::new(2);
         assert_eq!(p.reserve(Lang::Node), 2);
         assert_eq!(p.reserve(Lang::Node), 0, "warming VMs count");
-        assert_eq!(p.arrive(Lang::Node, Some("a".into())), None);
+        assert_eq!(p.arrive(Lang::Node, Some(PooledVm::bare("a"))), None);
         assert_eq!(p.arrive(Lang::Node, None), None);
         assert_eq!(p.ready(Lang::Node), 1);
         assert_eq!(p.reserve(Lang::Node), 1);
@@ -140,12 +190,18 @@ mod tests {
     fn take_is_fifo_and_single_use() {
         let p = WarmPool::new(2);
         p.reserve(Lang::Python);
-        p.arrive(Lang::Python, Some("a".into()));
-        p.arrive(Lang::Python, Some("b".into()));
-        assert_eq!(p.take(Lang::Python).as_deref(), Some("a"));
-        assert_eq!(p.take(Lang::Python).as_deref(), Some("b"));
-        assert_eq!(p.take(Lang::Python), None);
-        assert_eq!(p.take(Lang::Node), None);
+        p.arrive(Lang::Python, Some(PooledVm::bare("a")));
+        p.arrive(Lang::Python, Some(PooledVm::bare("b")));
+        assert_eq!(
+            p.take(Lang::Python, false).map(|vm| vm.id).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            p.take(Lang::Python, false).map(|vm| vm.id).as_deref(),
+            Some("b")
+        );
+        assert_eq!(p.take(Lang::Python, false), None);
+        assert_eq!(p.take(Lang::Node, true), None);
     }
 
     #[test]
@@ -153,9 +209,12 @@ mod tests {
         let p = WarmPool::new(1);
         p.reserve(Lang::Node);
         p.reserve(Lang::Python);
-        p.arrive(Lang::Python, Some("p".into()));
+        p.arrive(Lang::Python, Some(PooledVm::bare("p")));
         assert_eq!(p.close(), vec!["p".to_string()]);
-        assert_eq!(p.arrive(Lang::Node, Some("n".into())).as_deref(), Some("n"));
+        assert_eq!(
+            p.arrive(Lang::Node, Some(PooledVm::bare("n"))).as_deref(),
+            Some("n")
+        );
         assert_eq!(p.reserve(Lang::Node), 0);
     }
 
@@ -163,6 +222,67 @@ mod tests {
     fn size_zero_never_warms() {
         let p = WarmPool::new(0);
         assert_eq!(p.reserve(Lang::Node), 0);
-        assert_eq!(p.take(Lang::Node), None);
+        assert_eq!(p.take(Lang::Node, true), None);
+    }
+
+    #[test]
+    fn runs_that_use_iii_prefer_a_vm_with_the_sdk_and_others_leave_it() {
+        let p = WarmPool::new(3);
+        p.reserve(Lang::Python);
+        let sdk = |id: &str| PooledVm {
+            id: id.into(),
+            sdk: true,
+        };
+        p.arrive(Lang::Python, Some(PooledVm::bare("a")));
+        p.arrive(Lang::Python, Some(sdk("b")));
+        p.arrive(Lang::Python, Some(PooledVm::bare("c")));
+        assert_eq!(p.ready_with_sdk(Lang::Python), 1);
+        assert_eq!(p.take(Lang::Python, true), Some(sdk("b")));
+        assert_eq!(
+            p.take(Lang::Python, true).map(|vm| vm.id).as_deref(),
+            Some("a"),
+            "else the oldest"
+        );
+        p.reserve(Lang::Python);
+        p.arrive(Lang::Python, Some(sdk("d")));
+        assert_eq!(
+            p.take(Lang::Python, false).map(|vm| vm.id).as_deref(),
+            Some("c"),
+            "a plain run leaves the planted VM"
+        );
+        assert_eq!(p.ready_with_sdk(Lang::Python), 1);
+    }
+
+    #[test]
+    fn vms_taken_for_planting_count_as_warming_until_they_return() {
+        let p = WarmPool::new(2);
+        assert_eq!(p.reserve(Lang::Python), 2);
+        p.arrive(Lang::Python, Some(PooledVm::bare("a")));
+        p.arrive(
+            Lang::Python,
+            Some(PooledVm {
+                id: "b".into(),
+                sdk: true,
+            }),
+        );
+        assert_eq!(p.take_without_sdk(Lang::Python), vec!["a".to_string()]);
+        assert_eq!(p.ready(Lang::Python), 1);
+        assert_eq!(p.warming(Lang::Python), 1);
+        assert_eq!(
+            p.reserve(Lang::Python),
+            0,
+            "no refill for a VM being planted"
+        );
+        p.arrive(
+            Lang::Python,
+            Some(PooledVm {
+                id: "a".into(),
+                sdk: true,
+            }),
+        );
+        assert_eq!(p.ready_with_sdk(Lang::Python), 2);
+        assert!(p.take_without_sdk(Lang::Python).is_empty());
+        p.close();
+        assert!(p.take_without_sdk(Lang::Node).is_empty());
     }
 }

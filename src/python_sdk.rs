@@ -70,14 +70,31 @@ pub struct SdkCounters {
     pub capture_failures: AtomicU64,
 }
 
+/// Pooled python VMs get the archive planted only while tenants' python
+/// runs use `iii`: once none has for this long, a refill stays bare and
+/// costs no plant (a worker whose tenants never name `iii` never plants).
+pub(crate) const PREPLANT_WINDOW: Duration = Duration::from_secs(600);
+
 /// The archives, and the gate that makes a cold worker pip-install once
 /// rather than once per concurrent VM.
-#[derive(Default)]
 pub struct PySdkCache {
     /// Newest first.
     archives: Mutex<VecDeque<Arc<Archive>>>,
     fill: tokio::sync::Mutex<()>,
     counters: SdkCounters,
+    /// When a python run last wanted `iii`.
+    wanted_at: Mutex<Option<Instant>>,
+}
+
+impl Default for PySdkCache {
+    fn default() -> PySdkCache {
+        PySdkCache {
+            archives: Mutex::default(),
+            fill: tokio::sync::Mutex::default(),
+            counters: SdkCounters::default(),
+            wanted_at: Mutex::new(None),
+        }
+    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -87,6 +104,17 @@ fn nanos(d: Duration) -> u64 {
 impl PySdkCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Archive>>> {
         self.archives.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A python run wants `iii`: pooled VMs are planted for a while.
+    pub(crate) fn note_wanted(&self) {
+        *self.wanted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether a pooled python VM should get the archive now.
+    fn preplant_due(&self) -> bool {
+        let wanted = *self.wanted_at.lock().unwrap_or_else(|p| p.into_inner());
+        wanted.is_some_and(|t| t.elapsed() < PREPLANT_WINDOW) && self.newest().is_some()
     }
 
     fn newest(&self) -> Option<Arc<Archive>> {
@@ -166,6 +194,7 @@ impl Manager {
         pristine: bool,
     ) -> Result<(), SandboxError> {
         let cache = self.python_sdk();
+        cache.note_wanted();
         let mut tried: Vec<String> = Vec::new();
         if self.plant_cached(sandbox_id, &mut tried).await? {
             return Ok(());
@@ -188,6 +217,16 @@ impl Manager {
             self.capture(sandbox_id).await?;
         }
         Ok(())
+    }
+
+    /// Plants the worker's archive, if it has one and python runs use `iii`
+    /// lately, in a VM no tenant has used yet (a pooled VM). Never pip:
+    /// true when the SDK is in place.
+    pub(crate) async fn plant_archived_sdk(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
+        if !self.python_sdk().preplant_due() {
+            return Ok(false);
+        }
+        self.plant_cached(sandbox_id, &mut Vec::new()).await
     }
 
     /// Plants the newest archive not tried yet (and, when the VM's key
@@ -353,6 +392,7 @@ impl Manager {
                 tracing::info!(bytes = a.size, key = %a.key, "python SDK archived for later VMs");
                 cache.insert(a);
                 cache.counters.captures.fetch_add(1, Ordering::Relaxed);
+                self.plant_pooled();
                 cache
                     .counters
                     .capture_nanos
@@ -465,6 +505,20 @@ mod tests {
         assert_eq!(c.lock().len(), 2, "one archive per key");
         assert_eq!(c.newest().map(|a| a.key.clone()).as_deref(), Some("b"));
         assert_eq!(c.to_json()["archive_bytes"], 6);
+    }
+
+    #[test]
+    fn pooled_vms_are_planted_only_while_python_runs_want_iii() {
+        let c = PySdkCache::default();
+        c.note_wanted();
+        assert!(!c.preplant_due(), "no archive yet");
+        let c = PySdkCache::default();
+        c.insert(archive("a"));
+        assert!(!c.preplant_due(), "no run wanted iii yet");
+        c.note_wanted();
+        assert!(c.preplant_due());
+        *c.wanted_at.lock().unwrap() = Instant::now().checked_sub(PREPLANT_WINDOW);
+        assert!(!c.preplant_due(), "the window has passed");
     }
 
     #[test]

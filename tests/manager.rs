@@ -14,6 +14,7 @@ use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBind
 use sandbox_code_runner::config::Config;
 use sandbox_code_runner::error::{ErrorCode, WorkerError};
 use sandbox_code_runner::functions;
+use sandbox_code_runner::ids::Lang;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
 use sandbox_code_runner::sandbox::{
     CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
@@ -873,14 +874,14 @@ async fn calls_per_operation_are_pinned() {
 async fn a_warm_vm_serves_one_run_and_the_pool_refills() {
     let w = pooled(1);
     w.manager.start_pool();
-    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await);
-    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1).await);
+    assert!(eventually(|| w.manager.pool_ready(Lang::Python) == 1).await);
+    assert!(eventually(|| w.manager.pool_ready(Lang::Node) == 1).await);
     let out = metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
     assert_eq!(out["stdout"], "4\n");
     // The caller's path: exec + stop; the boot was paid by the pool.
     assert_eq!(stats(&w)["run"]["sandbox_calls"], 2);
     assert!(
-        eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await,
+        eventually(|| w.manager.pool_ready(Lang::Python) == 1).await,
         "refilled"
     );
     assert_eq!(
@@ -924,7 +925,7 @@ async fn capacity_pressure_drains_the_pool_first() {
 async fn a_reaped_warm_vm_is_replaced_silently() {
     let w = pooled(1);
     w.manager.start_pool();
-    assert!(eventually(|| w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1).await);
+    assert!(eventually(|| w.manager.pool_ready(Lang::Python) == 1).await);
     w.sandbox.reap_all();
     let out = run(&w, json!({"lang": "python", "code": "print(2+2)"}))
         .await
@@ -966,16 +967,12 @@ async fn a_pool_that_could_not_fill_recovers_without_traffic() {
             >= 2)
         .await
     );
-    assert_eq!(
-        w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node),
-        0
-    );
+    assert_eq!(w.manager.pool_ready(Lang::Node), 0);
     *w.sandbox.capacity.lock().unwrap() = None;
     // The maintenance tick is 2 s: allow a few of them.
     let recovered =
         code_runner_conformance::standin::wait::until(Duration::from_secs(5), || async {
-            w.manager.pool_ready(sandbox_code_runner::ids::Lang::Node) == 1
-                && w.manager.pool_ready(sandbox_code_runner::ids::Lang::Python) == 1
+            w.manager.pool_ready(Lang::Node) == 1 && w.manager.pool_ready(Lang::Python) == 1
         })
         .await;
     assert!(recovered, "the maintenance loop refills the pool");
@@ -1000,7 +997,9 @@ fn python_sdk_vm(w: &World, vm_key: &'static str) -> Arc<Mutex<Vec<String>>> {
     w.sandbox.on_exec(move |p| {
         let script = p.argv.get(2).map(String::as_str).unwrap_or("");
         let args: Vec<&str> = p.argv.iter().skip(3).map(String::as_str).collect();
-        let step = if script == guest::PYTHON_INSTALL_SDK {
+        let step = if p.argv.first().map(String::as_str) == Some("true") {
+            "warm".to_string()
+        } else if script == guest::PYTHON_INSTALL_SDK {
             "pip".to_string()
         } else if script == guest::PYTHON_SDK_ARCHIVE {
             args[0].to_string()
@@ -1093,4 +1092,62 @@ async fn a_vm_that_ran_tenant_code_is_never_archived() {
         .unwrap();
     assert_eq!(take(&steps), ["run", "pip", "run"], "installed, not packed");
     assert_eq!(w.manager.python_sdk().to_json()["archives"], 0);
+}
+
+#[tokio::test]
+async fn pooled_python_vms_get_the_archived_sdk_before_any_tenant() {
+    let w = pooled(1);
+    let steps = python_sdk_vm(&w, "cpython-3.11.2");
+    w.manager.start_pool();
+    assert!(eventually(|| w.manager.pool_ready(Lang::Python) == 1).await);
+    // No archive yet: the pooled VM stays bare, and the first run to use
+    // `iii` (in that pristine VM) pays the one pip install and the capture.
+    assert_eq!(w.manager.pool_ready_with_sdk(), 0);
+    let code = json!({"lang": "python", "code": "print(iii)"});
+    run(&w, code.clone()).await.unwrap();
+    // The refilled pooled VM gets the archive planted in the background.
+    assert!(
+        eventually(|| w.manager.pool_ready_with_sdk() == 1).await,
+        "{:?}",
+        take(&steps)
+    );
+    let before = take(&steps);
+    assert_eq!(
+        before.iter().filter(|s| *s == "pip").count(),
+        1,
+        "{before:?}"
+    );
+    assert!(before.contains(&"unpack".to_string()), "{before:?}");
+    // The next run that uses `iii` takes that VM: no pip, no unpack, only
+    // its own code.
+    run(&w, code.clone()).await.unwrap();
+    assert_eq!(take(&steps).first().map(String::as_str), Some("run"));
+    let s = w.manager.python_sdk().to_json();
+    assert_eq!(s["pip_installs"], 1, "{s}");
+    w.manager.shutdown().await;
+    assert_eq!(w.sandbox.live(), 0);
+}
+
+#[tokio::test]
+async fn a_pooled_vm_warmed_after_the_capture_is_planted_too() {
+    let w = pooled(2);
+    let steps = python_sdk_vm(&w, "cpython-3.11.2");
+    w.manager.start_pool();
+    assert!(eventually(|| w.manager.pool_ready(Lang::Python) == 2).await);
+    run(&w, json!({"lang": "python", "code": "print(iii)"}))
+        .await
+        .unwrap();
+    assert!(eventually(|| w.manager.pool_ready_with_sdk() == 2).await);
+    // Now take one planted VM and leave one bare VM warming back in.
+    run(&w, json!({"lang": "python", "code": "print(1)"}))
+        .await
+        .unwrap();
+    assert!(eventually(|| w.manager.pool_ready(Lang::Python) == 2).await);
+    take(&steps);
+    assert_eq!(
+        w.manager.pool_ready_with_sdk(),
+        2,
+        "the refill is planted too"
+    );
+    w.manager.shutdown().await;
 }

@@ -79,18 +79,41 @@ def read(archive, off, length):
     return 0
 
 
-def safe_members(tf, root):
-    """Only plain files and directories, all inside root: the archive came
-    from another VM, so it gets no trust it does not need."""
-    root = os.path.realpath(root)
-    for m in tf.getmembers():
-        target = os.path.realpath(os.path.join(root, m.name))
-        if not (m.isfile() or m.isdir()) or (target != root and not target.startswith(root + os.sep)):
+def vetted_members(tf):
+    """Only plain files and directories, named relative to the root with no
+    `..`: the archive came from another VM, so it gets no trust it does not
+    need (no links, devices, absolute or escaping names)."""
+    members = tf.getmembers()
+    for m in members:
+        parts = m.name.split("/")
+        if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in parts:
             raise ValueError("unexpected archive member %r" % m.name)
         m.mode &= 0o755
         m.uid = m.gid = 0
         m.uname = m.gname = ""
-        yield m
+    return members
+
+
+def extract(raw, stage):
+    """Extracts the vetted tar `raw` into `stage`: with the image's `tar`
+    when it has one (a quarter of tarfile's time for ~1,500 members), else
+    with tarfile."""
+    import io
+    import shutil as sh
+    import subprocess
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tf:
+        members = vetted_members(tf)
+        os.makedirs(stage)
+        tar = sh.which("tar")
+        if tar:
+            r = subprocess.run(
+                [tar, "-x", "-f", "-", "-C", stage, "--no-same-owner", "--no-same-permissions"],
+                input=raw, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if r.returncode == 0:
+                return
+            sh.rmtree(stage, ignore_errors=True)
+            os.makedirs(stage)
+        tf.extractall(stage, members=members)
 
 
 def unpack(want_key, want_sha, n, chunk_dir):
@@ -110,12 +133,11 @@ def unpack(want_key, want_sha, n, chunk_dir):
         stage = "%s.part-%d" % (DEST, os.getpid())
         shutil.rmtree(stage, ignore_errors=True)
         import gzip
-        import io
         try:
-            # Decompressed once, in memory: tarfile seeks back between
-            # listing and extracting, which a gzip stream pays by re-reading.
-            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)), mode="r:") as tf:
-                tf.extractall(stage, members=safe_members(tf, stage))
+            # Decompressed once, in memory: the members are vetted before a
+            # byte is written, and tarfile seeks back between listing and
+            # extracting, which a gzip stream pays by re-reading.
+            extract(gzip.decompress(data), stage)
         except (tarfile.TarError, ValueError, OSError, EOFError, gzip.BadGzipFile) as e:
             shutil.rmtree(stage, ignore_errors=True)
             sys.stderr.write("bad SDK archive: %s\n" % e)

@@ -98,6 +98,7 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
                 "python": m.pool_ready(crate::ids::Lang::Python),
             });
             v["python_sdk"] = m.python_sdk().to_json();
+            v["python_sdk"]["pool_ready_with_sdk"] = m.pool_ready_with_sdk().into();
             Ok(v)
         })
     });

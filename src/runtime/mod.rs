@@ -139,6 +139,11 @@ impl Manager {
         self.pool.ready(lang)
     }
 
+    /// Ready pooled python VMs that already hold the guest SDK.
+    pub fn pool_ready_with_sdk(&self) -> usize {
+        self.pool.ready_with_sdk(Lang::Python)
+    }
+
     /// Number of live runtime records (for tests and metrics).
     pub fn runtime_count(&self) -> usize {
         lock(&self.state).runtimes.len()

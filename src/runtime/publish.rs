@@ -119,10 +119,11 @@ impl Manager {
                 return Ok((rt.clone(), false));
             }
         }
-        let (sandbox_id, _pooled) = self
-            .acquire_vm(lang)
+        let vm = self
+            .acquire_vm(lang, false)
             .await
             .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
+        let sandbox_id = vm.id;
         let id = RuntimeId::generate();
         self.tokens.hold(ns.as_str());
         let rt = Runtime::new(
@@ -130,7 +131,11 @@ impl Manager {
             sandbox_id.clone(),
             lang,
             Some(ns.clone()),
-            SdkState::Absent,
+            if vm.sdk {
+                SdkState::Prepared
+            } else {
+                SdkState::Absent
+            },
             self.mint_guest_token(Some(ns)),
         );
         {

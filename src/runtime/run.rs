@@ -39,14 +39,15 @@ impl Manager {
         // One token per run; a kept run's becomes its runtime's.
         let token = self.mint_guest_token(None);
         let mut attempt = 0;
-        let (sandbox_id, out) = loop {
+        let (sandbox_id, out, sdk_in_vm) = loop {
             attempt += 1;
-            let (sandbox_id, pooled) = self
-                .acquire_vm(lang)
+            let vm = self
+                .acquire_vm(lang, uses_iii)
                 .await
                 .map_err(|e| infra_error(e, timeout_ms))?;
+            let (sandbox_id, pooled) = (vm.id, vm.pooled);
             let outcome = async {
-                if uses_iii {
+                if uses_iii && !vm.sdk {
                     self.prepare_sdk(&sandbox_id, lang, true).await?;
                 }
                 self.exec(
@@ -57,7 +58,7 @@ impl Manager {
             }
             .await;
             match outcome {
-                Ok(out) => break (sandbox_id, out),
+                Ok(out) => break (sandbox_id, out, vm.sdk),
                 // A pooled VM reaped while it waited is replaced silently.
                 Err(e) if pooled && e.is_gone() && attempt == 1 => {
                     lock(&self.state).transient.remove(&sandbox_id);
@@ -71,7 +72,7 @@ impl Manager {
         };
         if keep && out.exit_code == Some(0) {
             let id = RuntimeId::generate();
-            let sdk = if uses_iii {
+            let sdk = if uses_iii || sdk_in_vm {
                 SdkState::Prepared
             } else {
                 SdkState::Absent

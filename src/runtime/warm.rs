@@ -1,36 +1,63 @@
 //! Warm-pool orchestration: handing tenants a warm VM when one is ready,
-//! refilling the pool in the background (charged to `pool`), and draining
-//! it under capacity pressure.
+//! refilling the pool in the background (charged to `pool`), planting the
+//! python SDK in pooled VMs once the worker has it archived, and draining
+//! the pool under capacity pressure.
 
 use std::time::Duration;
 
 use super::{lock, Manager};
 use crate::error::redact_uuids;
 use crate::ids::Lang;
+use crate::pool::PooledVm;
 use crate::sandbox::{charged, ExecParams, SandboxError};
+
+/// A VM handed to one tenant.
+pub(super) struct Acquired {
+    pub id: String,
+    /// It came from the warm pool (so it may have been reaped meanwhile).
+    pub pooled: bool,
+    /// The guest SDK is already in it.
+    pub sdk: bool,
+}
 
 /// How often the warm pool is topped up without traffic.
 const POOL_MAINTENANCE: Duration = Duration::from_secs(2);
 
 impl Manager {
-    /// A VM for one tenant: a warm one if the pool has it, else a fresh one.
-    /// Capacity pressure drains the pool before the caller sees `capacity`.
-    /// The flag says whether it came from the pool.
-    pub(super) async fn acquire_vm(&self, lang: Lang) -> Result<(String, bool), SandboxError> {
-        let taken = self.pool.take(lang);
-        self.refill(lang);
-        if let Some(id) = taken {
-            lock(&self.state).transient.insert(id.clone());
-            return Ok((id, true));
+    /// A VM for one tenant: a warm one if the pool has it (one that holds
+    /// the SDK when `wants_sdk`), else a fresh one. Capacity pressure drains
+    /// the pool before the caller sees `capacity`.
+    pub(super) async fn acquire_vm(
+        &self,
+        lang: Lang,
+        wants_sdk: bool,
+    ) -> Result<Acquired, SandboxError> {
+        if wants_sdk && lang == Lang::Python {
+            self.python_sdk.note_wanted();
         }
+        let taken = self.pool.take(lang, wants_sdk);
+        self.refill(lang);
+        if let Some(vm) = taken {
+            lock(&self.state).transient.insert(vm.id.clone());
+            return Ok(Acquired {
+                id: vm.id,
+                pooled: true,
+                sdk: vm.sdk,
+            });
+        }
+        let fresh = |id| Acquired {
+            id,
+            pooled: false,
+            sdk: false,
+        };
         match self.create_vm(lang).await {
             Err(e) if e.is_capacity() => {
                 if self.drain_pool().await == 0 {
                     return Err(e);
                 }
-                self.create_vm(lang).await.map(|id| (id, false))
+                self.create_vm(lang).await.map(fresh)
             }
-            other => other.map(|id| (id, false)),
+            other => other.map(fresh),
         }
     }
 
@@ -50,8 +77,40 @@ impl Manager {
         }
     }
 
-    /// Boots one pooled VM: create, then one cheap exec that pays the boot.
-    async fn warm_one(&self, lang: Lang) -> Option<String> {
+    /// Plants the archived python SDK in the pooled VMs that lack it, off
+    /// every caller's path (charged to `pool`). Called when an archive
+    /// first exists; later pooled VMs get it as they warm.
+    pub(crate) fn plant_pooled(&self) {
+        let ids = self.pool.take_without_sdk(Lang::Python);
+        let Some(me) = self.me.upgrade() else { return };
+        for id in ids {
+            let me = me.clone();
+            let totals = self.stats.pool.clone();
+            tokio::spawn(charged(totals, async move {
+                let vm = me.with_sdk_planted(id).await;
+                if let Some(back) = me.pool.arrive(Lang::Python, vm) {
+                    me.stop_vm(&back).await;
+                }
+            }));
+        }
+    }
+
+    /// A pooled python VM with the archived SDK planted when there is one.
+    /// `None` when the VM is gone (it was stopped).
+    async fn with_sdk_planted(&self, id: String) -> Option<PooledVm> {
+        match self.plant_archived_sdk(&id).await {
+            Ok(sdk) => Some(PooledVm { id, sdk }),
+            Err(e) => {
+                tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: planting the SDK found the VM gone");
+                self.discard_unpooled(&id).await;
+                None
+            }
+        }
+    }
+
+    /// Boots one pooled VM: create, then one cheap exec that pays the boot;
+    /// a python VM also gets the SDK when the worker has it archived.
+    async fn warm_one(&self, lang: Lang) -> Option<PooledVm> {
         let id = match self.create_unrecorded(lang).await {
             Ok(id) => id,
             Err(e) => {
@@ -65,14 +124,20 @@ impl Manager {
             ..ExecParams::default()
         };
         match self.exec(&id, warm).await {
-            Ok(_) => Some(id),
+            Ok(_) if lang == Lang::Python => self.with_sdk_planted(id).await,
+            Ok(_) => Some(PooledVm::bare(id)),
             Err(e) => {
                 tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: warm-up exec failed");
-                lock(&self.state).transient.insert(id.clone());
-                self.stop_vm(&id).await;
+                self.discard_unpooled(&id).await;
                 None
             }
         }
+    }
+
+    /// Stops a VM that was warming for the pool and will not join it.
+    async fn discard_unpooled(&self, id: &str) {
+        lock(&self.state).transient.insert(id.to_string());
+        self.stop_vm(id).await;
     }
 
     /// Stops every ready pooled VM; returns how many.
