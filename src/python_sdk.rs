@@ -287,6 +287,7 @@ impl Manager {
                 Ok(()) => {}
             }
         }
+        let written = start.elapsed();
         let n = a.chunks.len().to_string();
         let out = self
             .exec(
@@ -316,6 +317,12 @@ impl Manager {
                 Planted::Failed
             }
         };
+        tracing::debug!(
+            writes_ms = written.as_millis() as u64,
+            unpack_ms = (start.elapsed() - written).as_millis() as u64,
+            chunks = a.chunks.len(),
+            "planted the python SDK archive"
+        );
         match planted {
             Planted::Installed => {
                 counters.plants.fetch_add(1, Ordering::Relaxed);

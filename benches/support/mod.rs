@@ -34,6 +34,13 @@ pub fn vm_like() -> SandboxLimits {
     }
 }
 
+/// The env var naming the live engine's guest listener, as guests reach it.
+pub const LIVE_GUEST_URL_VAR: &str = "SANDBOX_CODE_RUNNER_BENCH_GUEST_URL";
+
+/// The guest listener that workers started by the benches hand to guests:
+/// the hermetic stack's RBAC listener, or the live one from the env var.
+static GUEST_URL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 /// Where the benches run.
 pub enum Target {
     Hermetic(Box<Stack>),
@@ -46,6 +53,16 @@ impl Target {
         match std::env::var(LIVE_ENGINE_VAR) {
             Ok(url) if !url.trim().is_empty() => {
                 eprintln!("benches run against the live engine {url}");
+                let guest = std::env::var(LIVE_GUEST_URL_VAR)
+                    .ok()
+                    .filter(|g| !g.trim().is_empty());
+                if guest.is_none() {
+                    eprintln!(
+                        "{LIVE_GUEST_URL_VAR} unset: guests get the worker's own engine URL \
+                         (the python_iii_cold group needs guests to reach the engine)"
+                    );
+                }
+                let _ = GUEST_URL.set(guest);
                 Target::Live(url)
             }
             _ => {
@@ -63,6 +80,7 @@ impl Target {
                 })
                 .await
                 .expect("hermetic bench starts");
+                let _ = GUEST_URL.set(bench.guest_url());
                 Target::Hermetic(Box::new(bench))
             }
         }
@@ -107,7 +125,7 @@ impl Worker {
             url,
             UrlVia::Flag,
             Some(config),
-            None,
+            GUEST_URL.get().cloned().flatten(),
             &vars,
         )
         .expect("worker starts");
@@ -212,6 +230,19 @@ pub static FIGURES: Mutex<BTreeMap<String, f64>> = Mutex::new(BTreeMap::new());
 pub fn record_figure(id: &str, value: f64) {
     FIGURES.lock().unwrap().insert(id.to_string(), value);
     eprintln!("{id}: {value:.3}");
+}
+
+/// Figures with a ceiling: (value, limit). The summary says ok or OVER.
+pub static BOUNDED: Mutex<BTreeMap<String, (f64, f64)>> = Mutex::new(BTreeMap::new());
+
+/// A figure that has a ceiling (an issue's target), recorded like any other
+/// and checked in the summary.
+pub fn record_bounded(id: &str, value: f64, limit: f64) {
+    record_figure(id, value);
+    BOUNDED
+        .lock()
+        .unwrap()
+        .insert(id.to_string(), (value, limit));
 }
 
 /// The per-call overhead budget, in ms (paired p50).
@@ -418,6 +449,19 @@ pub fn write_summary(
             )
         })
         .collect();
+    let bounded: serde_json::Map<String, Value> = BOUNDED
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, (v, limit))| {
+            let ok = v <= limit;
+            eprintln!(
+                "{k}: {v:.3} (limit {limit}) {}",
+                if ok { "ok" } else { "OVER" }
+            );
+            (k.clone(), json!({"value": v, "limit": limit, "ok": ok}))
+        })
+        .collect();
     let figures: serde_json::Map<String, Value> = FIGURES
         .lock()
         .unwrap()
@@ -427,6 +471,7 @@ pub fn write_summary(
     let summary = json!({
         "paired_overhead": paired,
         "figures": figures,
+        "bounded": bounded,
         "load_average": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         "suite": name,
         "target": target,

@@ -21,7 +21,10 @@ const PY_PLAIN: &str = "r = {'function_id': 'sandbox-code-runner::run'}\nprint(r
 
 /// `python_iii_cold`: the first python run that uses `iii` in a fresh VM
 /// (one-shot and keep), after the worker's SDK archive is warm, against the
-/// same run without `iii` (`…/without/…`, the baseline).
+/// same run without `iii` (`…/without/…`, the baseline). Twice: with the
+/// warm pool the worker ships with (`oneshot`, `keep`: the pooled VM got
+/// the SDK planted before the run), and with no pool at all (`…_no_pool`:
+/// every run boots and plants on the caller's path, the worst case).
 pub fn python_iii_cold(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
@@ -29,72 +32,91 @@ pub fn python_iii_cold(
     client: &IIIClient,
     ids: &mut Vec<String>,
 ) {
-    // No pool: every run boots its own VM, the worst case.
-    let worker = rt.block_on(Worker::spawn(url, client, "warm_pool: 0\n"));
-    // The worker's very first install (pip + archive), paid once.
-    let t = Instant::now();
-    rt.block_on(must(
-        client,
-        "sandbox-code-runner::run",
-        json!({"lang": "python", "code": PY_III}),
-    ));
-    record_figure(
-        "python_iii_cold/first_install_ms",
-        t.elapsed().as_secs_f64() * 1e3,
-    );
-    let mut g = c.benchmark_group("python_iii_cold");
-    g.sample_size(10).measurement_time(Duration::from_secs(8));
-    for keep in [false, true] {
-        let mode = if keep { "keep" } else { "oneshot" };
-        for (variant, code) in [("with_iii", PY_III), ("without", PY_PLAIN)] {
-            let id = format!("{variant}/{mode}");
-            g.bench_function(&id, |b| {
-                b.to_async(rt).iter_custom(|iters| async move {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        settled(client, 0).await;
-                        let t = Instant::now();
-                        let out = must(
-                            client,
-                            "sandbox-code-runner::run",
-                            json!({"lang": "python", "code": code, "keep": keep}),
-                        )
-                        .await;
-                        total += t.elapsed();
-                        assert_eq!(out["stdout"], "sandbox-code-runner::run\n", "{out}");
-                        if let Some(rid) = out["runtime_id"].as_str() {
-                            must(
+    for (suffix, config) in [("", "warm_pool: 1\n"), ("_no_pool", "warm_pool: 0\n")] {
+        let pooled = suffix.is_empty();
+        let worker = rt.block_on(Worker::spawn(url, client, config));
+        // The worker's very first install (pip + archive), paid once.
+        let t = Instant::now();
+        rt.block_on(must(
+            client,
+            "sandbox-code-runner::run",
+            json!({"lang": "python", "code": PY_III}),
+        ));
+        record_figure(
+            &format!("python_iii_cold/first_install_ms{suffix}"),
+            t.elapsed().as_secs_f64() * 1e3,
+        );
+        let mut g = c.benchmark_group("python_iii_cold");
+        g.sample_size(10).measurement_time(Duration::from_secs(8));
+        for keep in [false, true] {
+            let mode = format!("{}{suffix}", if keep { "keep" } else { "oneshot" });
+            for (variant, code) in [("with_iii", PY_III), ("without", PY_PLAIN)] {
+                let id = format!("{variant}/{mode}");
+                g.bench_function(&id, |b| {
+                    b.to_async(rt).iter_custom(|iters| async move {
+                        let mut total = Duration::ZERO;
+                        for _ in 0..iters {
+                            // Untimed: the last run's VM has stopped and,
+                            // pooled, the refill is warm with the SDK in it.
+                            if pooled {
+                                sdk_pool_ready(client).await;
+                                settled(client, 2).await;
+                            } else {
+                                settled(client, 0).await;
+                            }
+                            let t = Instant::now();
+                            let out = must(
                                 client,
-                                "sandbox-code-runner::teardown",
-                                json!({"runtime_id": rid}),
+                                "sandbox-code-runner::run",
+                                json!({"lang": "python", "code": code, "keep": keep}),
                             )
                             .await;
+                            total += t.elapsed();
+                            assert_eq!(out["stdout"], "sandbox-code-runner::run\n", "{out}");
+                            if let Some(rid) = out["runtime_id"].as_str() {
+                                must(
+                                    client,
+                                    "sandbox-code-runner::teardown",
+                                    json!({"runtime_id": rid}),
+                                )
+                                .await;
+                            }
                         }
-                    }
-                    total
-                })
-            });
-            ids.push(format!("python_iii_cold/{id}"));
+                        total
+                    })
+                });
+                ids.push(format!("python_iii_cold/{id}"));
+            }
         }
+        g.finish();
+        let s = rt.block_on(must(client, "sandbox-code-runner::stats", json!({})));
+        let sdk = &s["python_sdk"];
+        let get = |k: &str| sdk[k].as_f64().unwrap_or(f64::NAN);
+        record_figure(
+            &format!("python_iii_cold/pip_installs{suffix}"),
+            get("pip_installs"),
+        );
+        record_figure(
+            &format!("python_iii_cold/archive_bytes{suffix}"),
+            get("archive_bytes"),
+        );
+        record_figure(
+            &format!("python_iii_cold/plant_ms_mean{suffix}"),
+            get("plant_ns") / get("plants").max(1.0) / 1e6,
+        );
+        rt.block_on(worker.stop());
     }
-    g.finish();
-    let s = rt.block_on(must(client, "sandbox-code-runner::stats", json!({})));
-    record_figure(
-        "python_iii_cold/pip_installs",
-        s["python_sdk"]["pip_installs"].as_f64().unwrap_or(f64::NAN),
-    );
-    record_figure(
-        "python_iii_cold/archive_bytes",
-        s["python_sdk"]["archive_bytes"]
-            .as_f64()
-            .unwrap_or(f64::NAN),
-    );
-    let plants = s["python_sdk"]["plants"].as_f64().unwrap_or(0.0);
-    record_figure(
-        "python_iii_cold/plant_ms_mean",
-        s["python_sdk"]["plant_ns"].as_f64().unwrap_or(0.0) / plants.max(1.0) / 1e6,
-    );
-    rt.block_on(worker.stop());
+}
+
+/// Waits (untimed) until the worker's pool holds a python VM with the SDK.
+async fn sdk_pool_ready(client: &IIIClient) {
+    let ok = wait_until(Duration::from_secs(120), || async {
+        call(client, "sandbox-code-runner::stats", json!({}))
+            .await
+            .is_ok_and(|s| s["python_sdk"]["pool_ready_with_sdk"].as_u64().unwrap_or(0) >= 1)
+    })
+    .await;
+    assert!(ok, "the pool warms a python VM with the SDK planted");
 }
 
 /// N parallel one-shot runs (no pool: each boots) against N parallel direct

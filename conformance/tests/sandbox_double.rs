@@ -226,7 +226,8 @@ fn sleep_marker() -> String {
 }
 
 fn scratch_of(id: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("scr-sandbox-{id}"))
+    code_runner_conformance::standin::sandbox_double::private_tmpfs::scratch_parent()
+        .join(format!("scr-sandbox-{id}"))
 }
 
 // ---------------------------------------------------------------------------

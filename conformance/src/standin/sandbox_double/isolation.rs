@@ -117,7 +117,8 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Creates `temp_dir()/scr-sandbox-<id>` with the guest's skeleton:
+    /// Creates `scr-sandbox-<id>` (on the host's tmpfs when usable, see
+    /// `private_tmpfs`) with the guest's skeleton:
     /// mount points for the image's rootfs directories, host symlinks, and
     /// the private `/tmp` and `/run`.
     pub fn create(
@@ -125,7 +126,7 @@ impl Scratch {
         layer: Arc<ImageLayer>,
         id: Uuid,
     ) -> std::io::Result<Scratch> {
-        let root = std::env::temp_dir().join(format!("scr-sandbox-{id}"));
+        let root = super::private_tmpfs::scratch_parent().join(format!("scr-sandbox-{id}"));
         std::fs::create_dir(&root)?;
         let result = (|| {
             std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;

@@ -8,6 +8,7 @@
 //! - `registry`: the sandbox table, idle clock, stop sequence and reaper.
 //! - `isolation`: namespaced process spawning on per-sandbox scratch roots.
 //! - `image_layer`: each image's one shared writable rootfs layer.
+//! - `private_tmpfs`: where sandboxes' private directories live (tmpfs, like the daemon's).
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
 
@@ -21,6 +22,7 @@ pub mod isolation;
 pub mod lifecycle;
 pub mod limits;
 pub mod network;
+pub mod private_tmpfs;
 pub mod registry;
 pub mod run;
 
