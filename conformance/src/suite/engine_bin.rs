@@ -8,9 +8,10 @@
 //! daemons, and `--no-update-check` from reaching the network.
 
 use crate::standin::stack::GuestGate;
+use crate::standin::wait::Deadline;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::json;
@@ -167,7 +168,7 @@ impl EngineProcess {
     }
 
     async fn wait_ready(&mut self) -> Result<(), EnvError> {
-        let until = Instant::now() + START_DEADLINE;
+        let deadline = Deadline::after(START_DEADLINE, Duration::from_millis(100));
         loop {
             if let Some(status) = self
                 .child
@@ -187,14 +188,13 @@ impl EngineProcess {
             if listening && self.answers().await {
                 return Ok(());
             }
-            if Instant::now() >= until {
+            if !deadline.tick().await {
                 return Err(EnvError::Failed(format!(
                     "the engine at {} did not accept workers within {START_DEADLINE:?}; log tail:\n{}",
                     self.url,
                     self.log_tail()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 

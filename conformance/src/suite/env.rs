@@ -29,6 +29,7 @@ use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use crate::standin::stack::{
     GuestGate, ListenerLayout, Stack, StackError, StackOptions, StackParts,
 };
+use crate::standin::wait::Deadline;
 
 use super::case::{Boot, EnvSpec, UrlVia};
 use super::engine_bin::EngineProcess;
@@ -221,17 +222,17 @@ impl Env {
             .await
             .map_err(|e| EnvError::caused(format!("{image} exposes no port {port}"), e))?;
         let url = format!("ws://127.0.0.1:{host_port}");
-        let until = Instant::now() + READY_DEADLINE;
+        let deadline = Deadline::after(READY_DEADLINE, Duration::from_millis(200));
         let client = loop {
             match crate::standin::client::connect(&url, "code-runner-conformance").await {
                 Ok(c) => break c,
-                Err(e) if Instant::now() >= until => {
+                Err(e) if !deadline.tick().await => {
                     return Err(EnvError::caused(
                         format!("the engine in {image} never accepted a worker at {url}"),
                         e,
                     ))
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(_) => {}
             }
         };
         let mut env = Env::attached(&url, client, cmd, functions, None, "engine-image").await?;

@@ -17,6 +17,7 @@ use super::env::Env;
 use super::errors::{classify, Envelope, Observed};
 use super::matcher::{brief, Matcher};
 use super::vars::{Splice, Vars};
+use crate::standin::wait::Deadline;
 
 mod diagnostics;
 pub use diagnostics::*;
@@ -170,15 +171,15 @@ impl<'a> CaseRun<'a> {
     }
 
     async fn run_step_once(&self, step: &Step) -> Result<(), String> {
-        let started = Instant::now();
+        let deadline = step
+            .eventually_ms
+            .map(|ms| (ms, Deadline::after(Duration::from_millis(ms), POLL)));
         loop {
             match self.attempt(step).await {
                 Ok(()) => return Ok(()),
-                Err(e) => match step.eventually_ms {
-                    Some(ms) if started.elapsed() < Duration::from_millis(ms) => {
-                        tokio::time::sleep(POLL).await;
-                    }
-                    Some(ms) => return Err(format!("still failing after {ms} ms: {e}")),
+                Err(e) => match &deadline {
+                    Some((_, d)) if d.tick().await => {}
+                    Some((ms, _)) => return Err(format!("still failing after {ms} ms: {e}")),
                     None => return Err(e),
                 },
             }

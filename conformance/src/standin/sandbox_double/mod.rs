@@ -167,9 +167,10 @@ impl SandboxDouble {
             .wait_until_registered(READY_TIMEOUT)
             .await
             .map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            let listed = self
+        // An engine without the listing builtin answers an error: then
+        // registration is all there is to wait for.
+        let listed = crate::standin::wait::until(READY_TIMEOUT, || async {
+            let Ok(listed) = self
                 .client
                 .trigger(TriggerRequest {
                     function_id: "engine::functions::list".to_string(),
@@ -177,23 +178,21 @@ impl SandboxDouble {
                     action: None,
                     timeout_ms: Some(2_000),
                 })
-                .await;
-            let Ok(listed) = listed else {
-                // An engine without the listing builtin: registration is
-                // all we can wait for.
-                return Ok(());
+                .await
+            else {
+                return true;
             };
             let ids: Vec<&str> = listed["functions"]
                 .as_array()
                 .map(|a| a.iter().filter_map(|f| f["function_id"].as_str()).collect())
                 .unwrap_or_default();
-            if FUNCTIONS.iter().all(|f| ids.contains(f)) {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err("the engine never listed the sandbox::* functions".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            FUNCTIONS.iter().all(|f| ids.contains(f))
+        })
+        .await;
+        if listed {
+            Ok(())
+        } else {
+            Err("the engine never listed the sandbox::* functions".to_string())
         }
     }
 

@@ -119,10 +119,11 @@ impl StopWork {
             p.mark_stopped();
             p.signal(libc::SIGKILL);
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.procs.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        crate::standin::wait::until_blocking(
+            Duration::from_secs(2),
+            Duration::from_millis(5),
+            || self.procs.iter().all(|p| p.is_finished()),
+        );
         let _ = self.scratch.remove();
     }
 }

@@ -297,7 +297,7 @@ impl WorkerProcess {
         client: &IIIClient,
         functions: &[String],
     ) -> Result<(), EnvError> {
-        let until = Instant::now() + READY_DEADLINE;
+        let deadline = Deadline::after(READY_DEADLINE, Duration::from_millis(20));
         let mut last: Option<(Vec<String>, Instant)> = None;
         loop {
             if let Some(status) = self.try_exit() {
@@ -319,7 +319,7 @@ impl WorkerProcess {
                     _ => last = Some((present, Instant::now())),
                 }
             }
-            if Instant::now() >= until {
+            if !deadline.tick().await {
                 return Err(EnvError::Failed(format!(
                     "the worker did not publish {} within {:?}; log tail:\n{}",
                     functions.join(", "),
@@ -327,25 +327,30 @@ impl WorkerProcess {
                     self.log_tail()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// SIGTERM, then wait (killing it after a deadline).
     pub async fn stop(&mut self) -> Option<ExitStatus> {
+        self.terminate();
         let mut child = self.child.take()?;
-        if let Some(pid) = child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
         match tokio::time::timeout(STOP_DEADLINE, child.wait()).await {
             Ok(Ok(status)) => Some(status),
             _ => {
                 let _ = child.kill().await;
                 child.wait().await.ok()
             }
+        }
+    }
+
+    /// Sends SIGTERM and returns at once (a supervisor's stop request);
+    /// [`WorkerProcess::wait_exit`] then bounds how long it may take.
+    pub fn terminate(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
     }
 

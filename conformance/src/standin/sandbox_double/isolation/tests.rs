@@ -129,14 +129,12 @@ async fn kill_and_wait_leaves_no_process() {
     let script = format!("sh -c 'sleep {marker}' & sleep {marker}; echo never");
     let running = iso.spawn(&s, &sh(&script)).await.expect("spawn");
     let handle = running.handle.clone();
-    let appeared = async {
-        while pids_with(&marker).len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    assert!(tokio::time::timeout(Duration::from_secs(10), appeared)
+    assert!(
+        crate::standin::wait::until(Duration::from_secs(10), || async {
+            pids_with(&marker).len() >= 2
+        })
         .await
-        .is_ok());
+    );
     assert!(handle.kill_and_wait(Duration::from_secs(5)).await);
     assert_eq!(pids_with(&marker), Vec::<String>::new());
     let o = running.outcome().await;
