@@ -147,25 +147,10 @@ async fn serve(args: ServeArgs) -> ExitCode {
     if let Some(guest) = bench.guest_url() {
         tracing::info!(%guest, "guest listener (RBAC; give it to the worker as guest_url / III_GUEST_URL)");
     }
-    wait_for_signal().await;
+    stop_signal::stop_requested().await;
     tracing::info!("stopping: every sandbox this bench started is stopped");
     bench.shutdown().await;
     ExitCode::SUCCESS
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
 
 /// Prints `error: <e>`, then each `source()` of the chain on its own line,
