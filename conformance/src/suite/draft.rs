@@ -38,8 +38,9 @@ pub struct ProfileArgs {
     pub golden: Option<PathBuf>,
 }
 
-/// The functions a code-runner-compatible worker may publish.
-const KNOWN_FUNCTIONS: [&str; 6] = [
+/// The functions a code-runner-compatible worker may publish (after its
+/// `<prefix>::`): the one list the draft and the tests read.
+pub const KNOWN_FUNCTIONS: [&str; 6] = [
     "run",
     "register_function",
     "teardown",
