@@ -1,3 +1,6 @@
+//! The isolation layer on the host: namespaces, the init, killing a whole
+//! process tree, the guest skeleton.
+
 use super::*;
 
 #[test]
