@@ -14,14 +14,14 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// A point in time to give up at, and how long to pause between two looks.
 #[derive(Debug, Clone, Copy)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     end: Instant,
     every: Duration,
 }
 
 impl Deadline {
     /// Gives up `within` from now, looking again every `every`.
-    pub fn after(within: Duration, every: Duration) -> Deadline {
+    pub(crate) fn after(within: Duration, every: Duration) -> Deadline {
         Deadline {
             end: Instant::now() + within,
             every,
@@ -29,13 +29,13 @@ impl Deadline {
     }
 
     /// Whether the deadline has passed.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         Instant::now() >= self.end
     }
 
     /// Pauses before the next look: false (at once) when the deadline has
     /// passed, so a loop reads `if !deadline.tick().await { give up }`.
-    pub async fn tick(&self) -> bool {
+    pub(crate) async fn tick(&self) -> bool {
         if self.passed() {
             return false;
         }
@@ -45,7 +45,7 @@ impl Deadline {
 
     /// [`Deadline::tick`] for synchronous code (a `Drop`, a test driving
     /// child processes without a runtime).
-    pub fn tick_blocking(&self) -> bool {
+    pub(crate) fn tick_blocking(&self) -> bool {
         if self.passed() {
             return false;
         }

@@ -76,7 +76,7 @@ impl ErrorTable {
         Ok(t)
     }
 
-    pub fn has(&self, code: &str) -> bool {
+    pub(crate) fn has(&self, code: &str) -> bool {
         self.codes.iter().any(|e| e.code == code)
     }
 }
@@ -92,7 +92,7 @@ pub enum Envelope {
 }
 
 impl Envelope {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Envelope::CodeField => "code_field",
             Envelope::Upstream => "upstream",
@@ -110,18 +110,6 @@ pub enum Observed {
     /// `invocation_failed` without a recognizable target code.
     Unclassified { code: String },
 }
-
-/// Codes the engine and the SDKs produce themselves
-/// (docs/engine.md).
-pub const ENGINE_CODES: &[&str] = &[
-    "function_not_found",
-    "invocation_stopped",
-    "FORBIDDEN",
-    "INVALID_NAMESPACE",
-    "enqueue_error",
-    "NOT_FOUND",
-    "TIMEOUT",
-];
 
 fn short_code_at(s: &str) -> Option<String> {
     let code: String = s
@@ -170,7 +158,7 @@ pub fn classify(prefix: &str, code: &str, message: &str) -> Observed {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Violation {
     pub code: String,
-    pub problem: String,
+    pub(crate) problem: String,
 }
 
 /// The static half: table × the cases applicable to the target

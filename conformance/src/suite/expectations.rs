@@ -114,7 +114,7 @@ impl Expectations {
     }
 
     /// The reason a case is listed, if it is.
-    pub fn reason(&self, case: &str) -> Option<&str> {
+    pub(crate) fn reason(&self, case: &str) -> Option<&str> {
         self.expected_failures
             .iter()
             .find(|e| e.case == case)
@@ -132,7 +132,7 @@ impl Expectations {
     }
 
     /// Entries that name none of `known` case ids.
-    pub fn unknown_entries<'a>(&'a self, known: &[&str]) -> Vec<&'a Expected> {
+    pub(crate) fn unknown_entries<'a>(&'a self, known: &[&str]) -> Vec<&'a Expected> {
         self.expected_failures
             .iter()
             .filter(|e| !known.contains(&e.case.as_str()))

@@ -141,8 +141,8 @@ pub enum MatcherError {
 pub struct Mismatch {
     /// JSON-pointer-like path (`/stdout`, `/unregistered/0`), `` for the root.
     pub path: String,
-    pub expected: String,
-    pub actual: String,
+    pub(crate) expected: String,
+    pub(crate) actual: String,
 }
 
 impl std::fmt::Display for Mismatch {
@@ -168,7 +168,7 @@ fn spec_err(path: &str, message: impl Into<String>) -> MatcherError {
 }
 
 /// Numeric-aware deep equality: `1 == 1.0`, objects by key.
-pub fn json_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             if let (Some(x), Some(y)) = (x.as_i64(), y.as_i64()) {
@@ -232,7 +232,7 @@ fn multiset_match(items: &[Matcher], arr: &[Value]) -> bool {
 }
 
 /// A short rendering of a value for messages.
-pub fn brief(v: Option<&Value>) -> String {
+pub(crate) fn brief(v: Option<&Value>) -> String {
     match v {
         None => "absent".into(),
         Some(v) => {

@@ -23,25 +23,25 @@ mod diagnostics;
 pub use diagnostics::*;
 
 /// Default client-side deadline of one call.
-pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
 /// Poll interval of `eventually_ms`.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What a case's run produced, before expectations are applied.
 #[derive(Debug, Clone, Default)]
-pub struct RawOutcome {
-    pub failure: Option<String>,
-    pub envelopes: BTreeMap<Envelope, u32>,
+pub(crate) struct RawOutcome {
+    pub(crate) failure: Option<String>,
+    pub(crate) envelopes: BTreeMap<Envelope, u32>,
     /// Every error a call saw: `(case id, classification)`.
-    pub observed: Vec<(String, Observed)>,
-    pub notes: Vec<String>,
+    pub(crate) observed: Vec<(String, Observed)>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The state of one case run.
-pub struct CaseRun<'a> {
-    pub case_id: &'a str,
-    pub prefix: &'a str,
-    pub env: &'a Env,
+pub(crate) struct CaseRun<'a> {
+    pub(crate) case_id: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) env: &'a Env,
     vars: Mutex<Vars>,
     envelopes: Mutex<BTreeMap<Envelope, u32>>,
     observed: Mutex<Vec<(String, Observed)>>,
@@ -89,7 +89,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<'a> CaseRun<'a> {
-    pub fn new(case_id: &'a str, prefix: &'a str, env: &'a Env, vars: Vars) -> CaseRun<'a> {
+    pub(crate) fn new(case_id: &'a str, prefix: &'a str, env: &'a Env, vars: Vars) -> CaseRun<'a> {
         CaseRun {
             case_id,
             prefix,
@@ -105,7 +105,7 @@ impl<'a> CaseRun<'a> {
     }
 
     /// Runs steps then cleanup; returns the raw outcome.
-    pub async fn run(self, case: &Case) -> RawOutcome {
+    pub(crate) async fn run(self, case: &Case) -> RawOutcome {
         let failure = self.run_steps(&case.steps).await.err();
         let mut notes = Vec::new();
         for (i, s) in case.cleanup.iter().enumerate() {

@@ -19,7 +19,7 @@ mod fields;
 pub use fields::*;
 
 /// Keywords dropped before comparing: documentation, not wire.
-pub const STRIPPED: &[&str] = &["description", "title", "$schema"];
+pub(crate) const STRIPPED: &[&str] = &["description", "title", "$schema"];
 
 const SCHEMA_VALUED: &[&str] = &[
     "items",
@@ -166,7 +166,7 @@ impl FunctionSchemas {
         }
     }
 
-    pub fn normalized(&self) -> Value {
+    pub(crate) fn normalized(&self) -> Value {
         serde_json::json!({
             "request_schema": normalize(&self.request),
             "response_schema": normalize(&self.response),
@@ -188,12 +188,12 @@ pub enum SchemaError {
 }
 
 /// The golden file of one function.
-pub fn golden_path(schemas_dir: &Path, target: &str, function: &str) -> PathBuf {
+pub(crate) fn golden_path(schemas_dir: &Path, target: &str, function: &str) -> PathBuf {
     schemas_dir.join(target).join(format!("{function}.json"))
 }
 
 /// Reads one golden entry.
-pub fn load_golden(path: &Path) -> Result<Value, SchemaError> {
+pub(crate) fn load_golden(path: &Path) -> Result<Value, SchemaError> {
     let text = std::fs::read_to_string(path).map_err(|source| SchemaError::Read {
         path: path.display().to_string(),
         source,
@@ -229,7 +229,7 @@ pub fn load_target(
 }
 
 /// Writes a golden entry with sorted keys, as `run --bless-schemas` does.
-pub fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
+pub(crate) fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -240,7 +240,7 @@ pub fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
 }
 
 /// Deep key sort (whatever serde_json's map order is in this build).
-pub fn sort_keys(v: &Value) -> Value {
+pub(crate) fn sort_keys(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
             let sorted: BTreeMap<&String, Value> =
@@ -253,7 +253,7 @@ pub fn sort_keys(v: &Value) -> Value {
 }
 
 /// Compares two targets' golden entries (function suffix → entry).
-pub fn compat(
+pub(crate) fn compat(
     a_name: &str,
     a: &BTreeMap<String, Value>,
     b_name: &str,
@@ -282,7 +282,7 @@ pub fn compat(
 
 impl CompatReport {
     /// Count of (same, changed, only_a, only_b) fields.
-    pub fn counts(&self) -> (usize, usize, usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize, usize, usize) {
         let mut c = (0, 0, 0, 0);
         for f in &self.functions {
             for d in f.request.iter().chain(&f.response) {
@@ -300,7 +300,7 @@ impl CompatReport {
     /// Whether a caller written against `a` works unchanged against `b`:
     /// no field changed, nothing required by `b` that `a` lacks, and no
     /// response field `a` sends that `b` drops.
-    pub fn breaking(&self) -> Vec<String> {
+    pub(crate) fn breaking(&self) -> Vec<String> {
         let mut out = Vec::new();
         for f in &self.functions {
             for d in &f.request {

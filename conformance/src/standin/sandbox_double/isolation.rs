@@ -44,8 +44,8 @@ use super::network::GuestNet;
 
 mod process;
 mod scratch;
-pub use process::*;
-pub use scratch::{HostLayout, Scratch};
+pub(crate) use process::*;
+pub(crate) use scratch::{HostLayout, Scratch};
 
 /// Moves the calling thread into the network namespace `fd`.
 fn set_net(fd: libc::c_int) -> std::io::Result<()> {
@@ -57,7 +57,7 @@ fn set_net(fd: libc::c_int) -> std::io::Result<()> {
 }
 
 /// Each stream is silently cut at 1 MiB, as the daemon's output sink does.
-pub const OUTPUT_CAP: usize = 1_048_576;
+pub(crate) const OUTPUT_CAP: usize = 1_048_576;
 
 /// Exit status the init reports when it cannot run the program at all.
 const INIT_FAILURE: i32 = 125;
@@ -71,7 +71,7 @@ type SpawnReply = oneshot::Sender<hakoniwa::Result<hakoniwa::Child>>;
 type SpawnJob = (hakoniwa::Command, Option<Arc<GuestNet>>, SpawnReply);
 
 /// Spawns sandboxed processes from one long-lived thread (see module docs).
-pub struct Isolation {
+pub(crate) struct Isolation {
     layout: HostLayout,
     /// The double's own state: `<temp>/scr-double-<uuid>/<image>/...`.
     state: PathBuf,
@@ -84,7 +84,7 @@ pub struct Isolation {
 impl Isolation {
     /// Reads the host layout and starts the spawner thread. Does not yet
     /// prove namespaces work; see [`Isolation::probe`].
-    pub fn new() -> Result<Isolation, String> {
+    pub(crate) fn new() -> Result<Isolation, String> {
         let layout = HostLayout::detect()?;
         let (tx, rx) = mpsc::channel::<SpawnJob>();
         let thread = std::thread::Builder::new()
@@ -135,13 +135,8 @@ impl Isolation {
         })
     }
 
-    /// How the host's top level maps into sandboxes.
-    pub fn layout(&self) -> &HostLayout {
-        &self.layout
-    }
-
     /// The shared writable rootfs layer of `image`, created on first use.
-    pub fn layer(&self, image: &str) -> std::io::Result<Arc<ImageLayer>> {
+    pub(crate) fn layer(&self, image: &str) -> std::io::Result<Arc<ImageLayer>> {
         let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = layers.get(image) {
             return Ok(l.clone());
@@ -155,13 +150,13 @@ impl Isolation {
     }
 
     /// A new sandbox of `image`: its private scratch over the image layer.
-    pub fn scratch(&self, image: &str, id: Uuid) -> std::io::Result<Scratch> {
+    pub(crate) fn scratch(&self, image: &str, id: Uuid) -> std::io::Result<Scratch> {
         Scratch::create(&self.layout, self.layer(image)?, id)
     }
 
     /// Deletes every image layer and the state directory. Only once no
     /// sandbox is left.
-    pub fn discard_state(&self) {
+    pub(crate) fn discard_state(&self) {
         self.layers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -173,7 +168,7 @@ impl Isolation {
     /// writes `/tmp/<marker>`, which must land in a scratch directory and
     /// not in the host's /tmp, and its parent must be PID 1. Any failure
     /// means isolation is unavailable and the double must not start.
-    pub async fn probe(&self) -> Result<(), String> {
+    pub(crate) async fn probe(&self) -> Result<(), String> {
         let id = Uuid::new_v4();
         let layer = Arc::new(
             ImageLayer::create(self.state.join(format!("probe-{id}")), &self.layout)
@@ -261,13 +256,17 @@ impl Isolation {
 
     /// Starts `spec` inside `scratch`'s sandbox. The output is collected on
     /// helper threads; see [`Running::outcome`].
-    pub async fn spawn(&self, scratch: &Scratch, spec: &ExecSpec) -> std::io::Result<Running> {
+    pub(crate) async fn spawn(
+        &self,
+        scratch: &Scratch,
+        spec: &ExecSpec,
+    ) -> std::io::Result<Running> {
         self.spawn_in(scratch, spec, None).await
     }
 
     /// [`Isolation::spawn`], inside `net` (a `network:true` sandbox's own
     /// network) when given; `spec.network` must then be true.
-    pub async fn spawn_in(
+    pub(crate) async fn spawn_in(
         &self,
         scratch: &Scratch,
         spec: &ExecSpec,

@@ -11,18 +11,18 @@
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
 
-pub mod daemon;
-pub mod error;
-pub mod exec;
-pub mod fs_ops;
-pub mod guest_path;
-pub mod image_layer;
-pub mod isolation;
-pub mod lifecycle;
-pub mod limits;
+pub(crate) mod daemon;
+pub(crate) mod error;
+pub(crate) mod exec;
+pub(crate) mod fs_ops;
+pub(crate) mod guest_path;
+pub(crate) mod image_layer;
+pub(crate) mod isolation;
+pub(crate) mod lifecycle;
+pub(crate) mod limits;
 pub mod network;
-pub mod registry;
-pub mod run;
+pub(crate) mod registry;
+pub(crate) mod run;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,10 +42,10 @@ use error::DaemonError;
 use isolation::Isolation;
 
 /// The worker name the real daemon registers under.
-pub const WORKER_NAME: &str = "iii-sandbox";
+pub(crate) const WORKER_NAME: &str = "iii-sandbox";
 
 /// Every function the double serves.
-pub const FUNCTIONS: [&str; 9] = [
+pub(crate) const FUNCTIONS: [&str; 9] = [
     "sandbox::create",
     "sandbox::exec",
     "sandbox::stop",

@@ -28,30 +28,30 @@ use super::network::GuestNet;
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
 /// One live sandbox.
-pub struct Entry {
-    pub name: Option<String>,
-    pub image: String,
-    pub created_at: Instant,
-    pub last_activity: Instant,
-    pub exec_in_flight: u32,
-    pub idle_timeout_secs: u64,
-    pub stopped: bool,
+pub(crate) struct Entry {
+    pub(crate) name: Option<String>,
+    pub(crate) image: String,
+    pub(crate) created_at: Instant,
+    pub(crate) last_activity: Instant,
+    pub(crate) exec_in_flight: u32,
+    pub(crate) idle_timeout_secs: u64,
+    pub(crate) stopped: bool,
     /// When the modelled guest boot completes.
-    pub ready_at: Instant,
+    pub(crate) ready_at: Instant,
     /// Created with `network:true`: execs share the host's network.
-    pub network: bool,
-    pub scratch: Arc<Scratch>,
+    pub(crate) network: bool,
+    pub(crate) scratch: Arc<Scratch>,
     /// Create-time environment, inherited by every exec.
-    pub env: Arc<Vec<(String, String)>>,
+    pub(crate) env: Arc<Vec<(String, String)>>,
     /// Its own network (`network:true` on a host with slirp4netns).
-    pub net: Option<Arc<GuestNet>>,
+    pub(crate) net: Option<Arc<GuestNet>>,
     procs: HashMap<u64, Arc<ProcHandle>>,
     next_proc: u64,
 }
 
 impl Entry {
     /// A fresh, idle sandbox.
-    pub fn new(
+    pub(crate) fn new(
         name: Option<String>,
         image: String,
         idle_timeout_secs: u64,
@@ -82,31 +82,30 @@ impl Entry {
 
 /// What an exec or fs op needs from its sandbox.
 #[derive(Clone)]
-pub struct Guest {
-    pub id: Uuid,
-    pub scratch: Arc<Scratch>,
-    pub env: Arc<Vec<(String, String)>>,
-    pub ready_at: Instant,
-    pub network: bool,
-    pub net: Option<Arc<GuestNet>>,
+pub(crate) struct Guest {
+    pub(crate) scratch: Arc<Scratch>,
+    pub(crate) env: Arc<Vec<(String, String)>>,
+    pub(crate) ready_at: Instant,
+    pub(crate) network: bool,
+    pub(crate) net: Option<Arc<GuestNet>>,
 }
 
 /// One row of `sandbox::list`.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct Summary {
-    pub sandbox_id: String,
-    pub name: Option<String>,
-    pub image: String,
-    pub age_secs: u64,
-    pub exec_in_progress: bool,
-    pub exec_in_flight: u32,
-    pub exec_slots_free: u32,
-    pub stopped: bool,
+pub(crate) struct Summary {
+    pub(crate) sandbox_id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) image: String,
+    pub(crate) age_secs: u64,
+    pub(crate) exec_in_progress: bool,
+    pub(crate) exec_in_flight: u32,
+    pub(crate) exec_slots_free: u32,
+    pub(crate) stopped: bool,
 }
 
 /// A sandbox claimed for stopping: its processes and scratch directory.
-pub struct StopWork {
-    pub id: Uuid,
+pub(crate) struct StopWork {
+    pub(crate) id: Uuid,
     procs: Vec<Arc<ProcHandle>>,
     scratch: Arc<Scratch>,
 }
@@ -114,7 +113,7 @@ pub struct StopWork {
 impl StopWork {
     /// Synchronous last-resort teardown (for `Drop`): SIGKILL every process,
     /// give them a moment to be reaped, delete the scratch directory.
-    pub fn kill_now(self) {
+    pub(crate) fn kill_now(self) {
         for p in &self.procs {
             p.mark_stopped();
             p.signal(libc::SIGKILL);
@@ -129,7 +128,7 @@ impl StopWork {
 }
 
 /// What `begin_stop` found.
-pub enum StopClaim {
+pub(crate) enum StopClaim {
     /// This caller stops it.
     Claimed(StopWork),
     /// Another stop (or the reaper) already is.
@@ -137,7 +136,7 @@ pub enum StopClaim {
 }
 
 /// The sandbox table.
-pub struct Registry {
+pub(crate) struct Registry {
     inner: Mutex<HashMap<Uuid, Entry>>,
     exec_cap: u32,
     exec_ended: Notify,
@@ -148,7 +147,7 @@ pub struct Registry {
 impl Registry {
     /// A registry admitting `exec_cap` concurrent execs per sandbox (0 acts
     /// as 1, as on the daemon).
-    pub fn new(exec_cap: usize) -> Registry {
+    pub(crate) fn new(exec_cap: usize) -> Registry {
         Registry {
             inner: Mutex::new(HashMap::new()),
             exec_cap: u32::try_from(exec_cap).unwrap_or(u32::MAX).max(1),
@@ -165,13 +164,18 @@ impl Registry {
 
     /// Live entries, stopping ones included (they still count against
     /// capacity until removed, as on the daemon).
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.lock().len()
     }
 
     /// Adds a sandbox unless that would exceed `capacity` (or the registry
     /// is closed); a refused sandbox's scratch directory is deleted.
-    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), DaemonError> {
+    pub(crate) fn insert(
+        &self,
+        id: Uuid,
+        entry: Entry,
+        capacity: usize,
+    ) -> Result<(), DaemonError> {
         let mut map = self.lock();
         let refusal = if self.closed.load(Ordering::SeqCst) {
             Some(DaemonError::BootFailed(
@@ -193,7 +197,7 @@ impl Registry {
 
     /// The sandbox for an fs op: S002 unknown, S004 stopping. Resets the
     /// idle clock.
-    pub fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
+    pub(crate) fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -202,12 +206,12 @@ impl Registry {
             return Err(DaemonError::AlreadyStopped(id.to_string()));
         }
         e.last_activity = Instant::now();
-        Ok(guest_of(id, e))
+        Ok(guest_of(e))
     }
 
     /// Admits one exec: S002 unknown, S004 stopping, S003 at the cap.
     /// Resets the idle clock.
-    pub fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
+    pub(crate) fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -220,11 +224,11 @@ impl Registry {
         }
         e.exec_in_flight += 1;
         e.last_activity = Instant::now();
-        Ok(guest_of(id, e))
+        Ok(guest_of(e))
     }
 
     /// Releases one exec slot and resets the idle clock.
-    pub fn end_exec(&self, id: Uuid) {
+    pub(crate) fn end_exec(&self, id: Uuid) {
         if let Some(e) = self.lock().get_mut(&id) {
             e.exec_in_flight = e.exec_in_flight.saturating_sub(1);
             e.last_activity = Instant::now();
@@ -233,13 +237,13 @@ impl Registry {
     }
 
     /// Whether the sandbox is still live (not stopping, not gone).
-    pub fn is_live(&self, id: Uuid) -> bool {
+    pub(crate) fn is_live(&self, id: Uuid) -> bool {
         self.lock().get(&id).is_some_and(|e| !e.stopped)
     }
 
     /// Records a spawned exec so a stop can kill it. `None` when the
     /// sandbox is stopping or gone: the caller must kill it itself.
-    pub fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
+    pub(crate) fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
         let mut map = self.lock();
         let e = map.get_mut(&id).filter(|e| !e.stopped)?;
         let key = e.next_proc;
@@ -249,14 +253,14 @@ impl Registry {
     }
 
     /// Forgets a finished exec.
-    pub fn detach_proc(&self, id: Uuid, key: u64) {
+    pub(crate) fn detach_proc(&self, id: Uuid, key: u64) {
         if let Some(e) = self.lock().get_mut(&id) {
             e.procs.remove(&key);
         }
     }
 
     /// Starts a `sandbox::stop`: S002 if unknown.
-    pub fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
+    pub(crate) fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -271,7 +275,12 @@ impl Registry {
     /// timeout (and, when busy, longer than timeout + `busy_grace`). The
     /// decision and the claim happen under one lock, so an exec admitted in
     /// between cannot be killed.
-    pub fn claim_for_reap(&self, id: Uuid, now: Instant, busy_grace: Duration) -> Option<StopWork> {
+    pub(crate) fn claim_for_reap(
+        &self,
+        id: Uuid,
+        now: Instant,
+        busy_grace: Duration,
+    ) -> Option<StopWork> {
         let mut map = self.lock();
         let e = map.get_mut(&id)?;
         if e.stopped {
@@ -291,19 +300,19 @@ impl Registry {
     /// Refuses every later `insert` and claims every sandbox, including
     /// those another task is already stopping (that task may be cancelled
     /// by the shutdown; stopping twice is harmless).
-    pub fn close_and_claim_all(&self) -> Vec<StopWork> {
+    pub(crate) fn close_and_claim_all(&self) -> Vec<StopWork> {
         let mut map = self.lock();
         self.closed.store(true, Ordering::SeqCst);
         map.iter_mut().map(|(id, e)| claim(*id, e)).collect()
     }
 
     /// Ids of every entry.
-    pub fn ids(&self) -> Vec<Uuid> {
+    pub(crate) fn ids(&self) -> Vec<Uuid> {
         self.lock().keys().copied().collect()
     }
 
     /// The `sandbox::list` rows. Does not touch the idle clock.
-    pub fn summaries(&self) -> Vec<Summary> {
+    pub(crate) fn summaries(&self) -> Vec<Summary> {
         let now = Instant::now();
         self.lock()
             .iter()
@@ -321,7 +330,7 @@ impl Registry {
     }
 
     /// Ids and names of live sandboxes.
-    pub fn live(&self) -> Vec<(String, Option<String>)> {
+    pub(crate) fn live(&self) -> Vec<(String, Option<String>)> {
         self.lock()
             .iter()
             .map(|(id, e)| (id.to_string(), e.name.clone()))
@@ -353,7 +362,7 @@ impl Registry {
     /// SIGKILL of every process, wait until they are gone, delete the
     /// scratch directory, remove the entry. The grace is always paid, as on
     /// the daemon, whatever the sandbox was doing.
-    pub async fn finish_stop(&self, work: StopWork, grace: Duration) {
+    pub(crate) async fn finish_stop(&self, work: StopWork, grace: Duration) {
         for p in &work.procs {
             p.mark_stopped();
             p.signal(libc::SIGTERM);
@@ -376,7 +385,7 @@ impl Registry {
     }
 
     /// Scans once and stops every sandbox due for reaping.
-    pub async fn reap_once(&self, busy_grace: Duration, grace: Duration) {
+    pub(crate) async fn reap_once(&self, busy_grace: Duration, grace: Duration) {
         let now = Instant::now();
         for id in self.ids() {
             if let Some(work) = self.claim_for_reap(id, now, busy_grace) {
@@ -387,9 +396,8 @@ impl Registry {
     }
 }
 
-fn guest_of(id: Uuid, e: &Entry) -> Guest {
+fn guest_of(e: &Entry) -> Guest {
     Guest {
-        id,
         scratch: e.scratch.clone(),
         env: e.env.clone(),
         ready_at: e.ready_at,
@@ -408,12 +416,12 @@ fn claim(id: Uuid, e: &mut Entry) -> StopWork {
 }
 
 /// S400 at capacity, worded as the daemon words it.
-pub fn capacity_error(capacity: usize) -> DaemonError {
+pub(crate) fn capacity_error(capacity: usize) -> DaemonError {
     DaemonError::ResourceLimit(format!("max_concurrent_sandboxes ({capacity}) reached"))
 }
 
 /// Runs the reaper until the task is aborted.
-pub async fn run_reaper(
+pub(crate) async fn run_reaper(
     registry: Arc<Registry>,
     interval: Duration,
     busy_grace: Duration,

@@ -7,7 +7,7 @@ use super::*;
 /// The worker command line (`--worker-cmd`), without `--url`/`--config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerCommand {
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     pub args: Vec<String>,
 }
 
@@ -41,7 +41,7 @@ impl WorkerCommand {
     }
 
     /// The same, with a choice of when to run `cargo build` first.
-    pub fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
+    pub(crate) fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
         let exe = std::env::current_exe()
             .map_err(|e| EnvError::caused("cannot locate the current executable", e))?;
         let mut dir = exe
@@ -145,7 +145,7 @@ pub struct WorkerProcess {
     env: Vec<(String, String)>,
     url_via: UrlVia,
     config_path: Option<PathBuf>,
-    pub log_path: PathBuf,
+    pub(crate) log_path: PathBuf,
     dir: PathBuf,
     child: Option<tokio::process::Child>,
 }
@@ -164,7 +164,7 @@ impl WorkerProcess {
     /// [`WorkerProcess::spawn`], telling the worker the engine's guest
     /// listener through `III_GUEST_URL` (an env var: a worker that knows no
     /// guest listener ignores it).
-    pub fn spawn_with_guest(
+    pub(crate) fn spawn_with_guest(
         cmd: &WorkerCommand,
         url: &str,
         url_via: UrlVia,
@@ -282,7 +282,7 @@ impl WorkerProcess {
     }
 
     /// Whether the process already ended (and how).
-    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_exit(&mut self) -> Option<ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())

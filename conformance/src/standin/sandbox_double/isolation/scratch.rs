@@ -19,18 +19,18 @@ const HOST_DIRS: [&str; 8] = [
 
 /// How the host's top level maps into every sandbox.
 #[derive(Debug, Clone)]
-pub struct HostLayout {
+pub(crate) struct HostLayout {
     /// Names overlaid from the host (real directories there).
-    pub lowered: Vec<String>,
+    pub(crate) lowered: Vec<String>,
     /// Names that are symlinks on the host (e.g. `bin -> usr/bin` on a
     /// merged-/usr system); recreated as the same symlinks in each scratch.
-    pub symlinks: Vec<(String, PathBuf)>,
+    pub(crate) symlinks: Vec<(String, PathBuf)>,
 }
 
 impl HostLayout {
     /// Reads the host's top level. Errors when `/usr` or `/etc` is missing:
     /// without them no guest program can run.
-    pub fn detect() -> Result<HostLayout, String> {
+    pub(crate) fn detect() -> Result<HostLayout, String> {
         let mut lowered = Vec::new();
         let mut symlinks = Vec::new();
         for name in HOST_DIRS {
@@ -57,7 +57,7 @@ impl HostLayout {
 
 /// A sandbox's private root on the host.
 #[derive(Debug)]
-pub struct Scratch {
+pub(crate) struct Scratch {
     view: GuestView,
 }
 
@@ -65,7 +65,7 @@ impl Scratch {
     /// Creates `temp_dir()/scr-sandbox-<id>` with the guest's skeleton:
     /// mount points for the image's rootfs directories, host symlinks, and
     /// the private `/tmp` and `/run`.
-    pub fn create(
+    pub(crate) fn create(
         layout: &HostLayout,
         layer: Arc<ImageLayer>,
         id: Uuid,
@@ -102,17 +102,17 @@ impl Scratch {
     }
 
     /// The scratch directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.view.root()
     }
 
     /// The guest's view of this scratch.
-    pub fn view(&self) -> &GuestView {
+    pub(crate) fn view(&self) -> &GuestView {
         &self.view
     }
 
     /// Deletes the scratch tree. Only call once no exec is alive in it.
-    pub fn remove(&self) -> std::io::Result<()> {
+    pub(crate) fn remove(&self) -> std::io::Result<()> {
         match std::fs::remove_dir_all(self.path()) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
