@@ -252,46 +252,49 @@ impl Drop for SandboxDouble {
     }
 }
 
-/// Registers one typed handler, run on the double's runtime. A payload that
-/// does not deserialize fails in the SDK (`serialization error: …`) before
-/// the handler runs, as on the daemon.
-fn register<Req, Resp, F, Fut>(
-    client: &IIIClient,
-    rt: &tokio::runtime::Handle,
-    daemon: &Arc<Daemon>,
-    id: &str,
-    description: &str,
-    handler: F,
-) -> FunctionRef
-where
-    Req: DeserializeOwned + JsonSchema + Send + 'static,
-    Resp: Serialize + JsonSchema + Send + 'static,
-    F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
-    Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
-{
-    let rt = rt.clone();
-    let daemon = daemon.clone();
-    let name = id.to_string();
-    client.register_function(
-        id,
-        RegisterFunction::new_async(move |req: Req| {
-            let task = rt.spawn(handler(daemon.clone(), req));
-            let name = name.clone();
-            async move {
-                match task.await {
-                    Ok(Ok(resp)) => Ok(resp),
-                    Ok(Err(e)) => {
-                        tracing::debug!(function = %name, error = %e, "sandbox call failed");
-                        Err(iii_sdk::Error::from(e))
+/// What registering a handler needs: the client, the double's runtime and
+/// its state.
+struct Registrar<'a> {
+    client: &'a IIIClient,
+    rt: &'a tokio::runtime::Handle,
+    daemon: &'a Arc<Daemon>,
+}
+
+impl Registrar<'_> {
+    /// Registers one typed handler, run on the double's runtime. A payload
+    /// that does not deserialize fails in the SDK (`serialization error: …`)
+    /// before the handler runs, as on the daemon.
+    fn register<Req, Resp, F, Fut>(&self, id: &str, description: &str, handler: F) -> FunctionRef
+    where
+        Req: DeserializeOwned + JsonSchema + Send + 'static,
+        Resp: Serialize + JsonSchema + Send + 'static,
+        F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
+        Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
+    {
+        let rt = self.rt.clone();
+        let daemon = self.daemon.clone();
+        let name = id.to_string();
+        self.client.register_function(
+            id,
+            RegisterFunction::new_async(move |req: Req| {
+                let task = rt.spawn(handler(daemon.clone(), req));
+                let name = name.clone();
+                async move {
+                    match task.await {
+                        Ok(Ok(resp)) => Ok(resp),
+                        Ok(Err(e)) => {
+                            tracing::debug!(function = %name, error = %e, "sandbox call failed");
+                            Err(iii_sdk::Error::from(e))
+                        }
+                        Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
+                            "handler task: {e}"
+                        )))),
                     }
-                    Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
-                        "handler task: {e}"
-                    )))),
                 }
-            }
-        })
-        .description(description),
-    )
+            })
+            .description(description),
+        )
+    }
 }
 
 fn register_all(
@@ -299,77 +302,51 @@ fn register_all(
     daemon: &Arc<Daemon>,
     rt: &tokio::runtime::Handle,
 ) -> Vec<FunctionRef> {
+    let r = Registrar { client, rt, daemon };
     vec![
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::create",
             "Create a sandbox from a catalog image (`python` or `node`); `env` as [\"K=V\"] or {K: V}.",
             |d, req| async move { lifecycle::handle_create(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::exec",
             "Run a command in a sandbox: `cmd` (shell-split, no shell), `cmd`+`args`, or `argv`; stdin is base64.",
             |d, req| async move { exec::handle_exec(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::stop",
             "Stop a sandbox: kill its processes and discard its files.",
             |d, req| async move { lifecycle::handle_stop(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::list",
             "List live sandboxes.",
             |d, _req: lifecycle::ListRequest| async move { Ok(lifecycle::handle_list(&d)) },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::run",
             "Create a sandbox, write the code (and files), run it with `lang`'s interpreter, stop it.",
             |d, req| async move { run::handle_run(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::catalog::list",
             "List the images sandbox::create accepts.",
             |_d, _req: lifecycle::CatalogListRequest| async move {
                 Ok(lifecycle::handle_catalog())
             },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::write",
             "Write a file into a sandbox: `content` (UTF-8) or `content_b64`; `parents`, `mode`.",
             |d, req| async move { fs_ops::handle_write(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::read",
             "Read a file from a sandbox: `body` inline for UTF-8 files under 1 MiB, plus size, mode, mtime.",
             |d, req| async move { fs_ops::handle_read(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::mkdir",
             "Create a directory in a sandbox; `parents` like mkdir -p.",
             |d, req| async move { fs_ops::handle_mkdir(&d, req).await },
