@@ -54,6 +54,14 @@ async fn run(w: &World, payload: Value) -> Result<Value, WorkerError> {
         .map(|r| serde_json::to_value(r).unwrap())
 }
 
+/// A kept python run of `code`: its `runtime_id`.
+async fn kept(w: &World, code: &str) -> String {
+    let out = run(w, json!({"lang": "python", "code": code, "keep": true}))
+        .await
+        .expect("a kept run");
+    out["runtime_id"].as_str().expect("a runtime_id").to_string()
+}
+
 fn code_of(r: &Result<Value, WorkerError>) -> Option<ErrorCode> {
     r.as_ref().err().map(WorkerError::code)
 }
@@ -91,10 +99,7 @@ async fn code_naming_iii_gets_the_sdk_first() {
 #[tokio::test]
 async fn keep_returns_an_id_and_reuse_echoes_it() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     assert!(id.starts_with("rt-"));
     assert!(
         !id.contains("00000000-0000-4000"),
@@ -197,10 +202,7 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
     let r = run(&w, json!({"runtime_id": "rt-nope", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
 
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     let r = run(&w, json!({"runtime_id": id, "lang": "node", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
 
@@ -218,13 +220,7 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
 #[tokio::test]
 async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
     let w = world();
-    let a = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let b = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let (a, b) = (a["runtime_id"].clone(), b["runtime_id"].clone());
+    let (a, b) = (kept(&w, "x").await, kept(&w, "x").await);
     w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
     let same: Vec<_> = (0..4)
         .map(|_| run(&w, json!({"runtime_id": a, "code": "x"})))
@@ -463,10 +459,7 @@ async fn a_reaped_namespace_runtime_expires_its_functions() {
 #[tokio::test]
 async fn teardown_by_runtime_and_by_namespace() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     let t = teardown(&w, json!({"runtime_id": id})).await.unwrap();
     assert_eq!(
         t,
@@ -510,9 +503,7 @@ async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value
 #[tokio::test]
 async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
+    kept(&w, "x").await;
     register(
         &w,
         json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
@@ -540,9 +531,7 @@ async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     assert_eq!(w.sandbox.live(), 0);
 
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
+    kept(&w, "x").await;
     register(
         &w,
         json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
@@ -852,10 +841,7 @@ async fn a_vm_whose_python_differs_falls_back_to_pip() {
 async fn a_vm_that_ran_tenant_code_is_never_archived() {
     let w = world();
     let steps = python_sdk_vm(&w, "cpython-3.11.2");
-    let out = run(&w, json!({"lang": "python", "code": "x = 1", "keep": true}))
-        .await
-        .unwrap();
-    let rid = out["runtime_id"].as_str().unwrap().to_string();
+    let rid = kept(&w, "x = 1").await;
     run(&w, json!({"runtime_id": rid, "code": "print(iii)"}))
         .await
         .unwrap();
