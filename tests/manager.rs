@@ -59,7 +59,10 @@ async fn kept(w: &World, code: &str) -> String {
     let out = run(w, json!({"lang": "python", "code": code, "keep": true}))
         .await
         .expect("a kept run");
-    out["runtime_id"].as_str().expect("a runtime_id").to_string()
+    out["runtime_id"]
+        .as_str()
+        .expect("a runtime_id")
+        .to_string()
 }
 
 fn code_of(r: &Result<Value, WorkerError>) -> Option<ErrorCode> {

@@ -22,6 +22,7 @@
 //! `call` (any function id), `action` (environment control or a probe) or
 //! `parallel` (branches of steps run concurrently).
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -359,19 +360,6 @@ impl ErrorExpect {
     }
 }
 
-/// Why the cases could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum CaseError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 impl Step {
     /// A label for reports: the name, else the function or action.
     pub(crate) fn label(&self, index: usize) -> String {
@@ -520,8 +508,8 @@ pub(crate) fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
 }
 
 /// Loads every `*.yaml`, `*.yml` and `*.json` under `dir`, sorted by id.
-pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| CaseError::Read {
+pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Read {
         path: dir.display().to_string(),
         source,
     })?;
@@ -538,11 +526,11 @@ pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseErro
     let mut cases = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        let invalid = |message: String| CaseError::Invalid {
+        let invalid = |message: String| LoadError::Invalid {
             path: path.display().to_string(),
             message,
         };

@@ -12,6 +12,7 @@
 //! - no case expects, and no run observes, a target code missing from the
 //!   table.
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -40,34 +41,21 @@ pub struct ErrorTable {
     pub codes: Vec<ErrorEntry>,
 }
 
-/// Why a table could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 impl ErrorTable {
-    pub fn load(dir: &Path, target: &str) -> Result<ErrorTable, TableError> {
+    pub fn load(dir: &Path, target: &str) -> Result<ErrorTable, LoadError> {
         let path = dir.join(format!("{target}.json"));
-        let text = std::fs::read_to_string(&path).map_err(|source| TableError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        let t: ErrorTable = serde_json::from_str(&text).map_err(|e| TableError::Invalid {
+        let t: ErrorTable = serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         let mut seen = BTreeSet::new();
         for e in &t.codes {
             if !seen.insert(e.code.clone()) || e.code.contains("::") {
-                return Err(TableError::Invalid {
+                return Err(LoadError::Invalid {
                     path: path.display().to_string(),
                     message: format!("code `{}` is duplicated or not a short code", e.code),
                 });

@@ -22,6 +22,8 @@ pub mod errors;
 mod execute;
 pub mod expectations;
 mod golden;
+mod load_error;
+pub use load_error::LoadError;
 pub mod matcher;
 pub mod published;
 pub mod report;

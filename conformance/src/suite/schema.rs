@@ -9,6 +9,7 @@
 //! keywords (a *property* called `description` stays), integral floats
 //! written as integers (`0.0` == `0`).
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -174,43 +175,27 @@ impl FunctionSchemas {
     }
 }
 
-/// Why golden schemas could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 /// The golden file of one function.
 pub(crate) fn golden_path(schemas_dir: &Path, target: &str, function: &str) -> PathBuf {
     schemas_dir.join(target).join(format!("{function}.json"))
 }
 
 /// Reads one golden entry.
-pub(crate) fn load_golden(path: &Path) -> Result<Value, SchemaError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SchemaError::Read {
+pub(crate) fn load_golden(path: &Path) -> Result<Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|e| SchemaError::Invalid {
+    serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
         path: path.display().to_string(),
         message: e.to_string(),
     })
 }
 
 /// Every golden entry of a target: function suffix → entry.
-pub fn load_target(
-    schemas_dir: &Path,
-    target: &str,
-) -> Result<BTreeMap<String, Value>, SchemaError> {
+pub fn load_target(schemas_dir: &Path, target: &str) -> Result<BTreeMap<String, Value>, LoadError> {
     let dir = schemas_dir.join(target);
-    let rd = std::fs::read_dir(&dir).map_err(|source| SchemaError::Read {
+    let rd = std::fs::read_dir(&dir).map_err(|source| LoadError::Read {
         path: dir.display().to_string(),
         source,
     })?;
