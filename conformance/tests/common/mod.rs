@@ -7,6 +7,8 @@ use code_runner_conformance::standin::stack::{Stack, StackOptions};
 use code_runner_conformance::suite::case::UrlVia;
 use code_runner_conformance::suite::draft::KNOWN_FUNCTIONS;
 use code_runner_conformance::suite::env::{suite_limits, WorkerCommand, WorkerProcess};
+use code_runner_conformance::suite::report::Report;
+use code_runner_conformance::suite::{run, Mode, SuiteOptions};
 use iii_sdk::IIIClient;
 
 /// Connects a Rust SDK client with an explicit, unique worker name: two
@@ -35,8 +37,8 @@ pub async fn stack_with_our_worker(probe: &str) -> (Stack, WorkerProcess) {
     let probe = code_runner_conformance::standin::client::connect(&url, probe)
         .await
         .expect("client connects");
-    let worker = WorkerCommand::default_beside_exe().expect("the worker binary");
-    let mut w = WorkerProcess::spawn(&worker, &url, UrlVia::Flag, None).expect("worker starts");
+    let mut w =
+        WorkerProcess::spawn(&our_worker(), &url, UrlVia::Flag, None).expect("worker starts");
     let ids: Vec<String> = KNOWN_FUNCTIONS
         .iter()
         .map(|f| format!("sandbox-code-runner::{f}"))
@@ -44,4 +46,25 @@ pub async fn stack_with_our_worker(probe: &str) -> (Stack, WorkerProcess) {
     w.wait_ready(&probe, &ids).await.expect("worker ready");
     probe.shutdown_async().await;
     (bench, w)
+}
+
+/// This workspace's worker, as the suite spawns it.
+pub fn our_worker() -> WorkerCommand {
+    WorkerCommand::default_beside_exe().expect("the worker binary")
+}
+
+/// Every case for our target in `mode` (4 jobs): prints the summary and
+/// fails on any unexpected result.
+pub async fn whole_suite_without_surprises(mode: Mode) -> Report {
+    let mut options = SuiteOptions::new("sandbox-code-runner", mode);
+    options.jobs = 4;
+    let report = run(options).await.expect("the suite runs");
+    eprint!("{}", report.summary_text());
+    let unexpected = report.unexpected_lines();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected results:\n{}",
+        unexpected.join("\n")
+    );
+    report
 }
