@@ -24,11 +24,7 @@ const DOUBLE: &str = "def handler(payload):\n    return {\"doubled\": payload[\"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_forgets_ids_and_sweeps_orphans() {
     let mut h = Harness::start("vm_owner: e2e-restart\n").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     h.call(
         REGISTER,
         json!({"function_id": "rs-app::double", "lang": "python", "source": DOUBLE}),
@@ -360,11 +356,7 @@ async fn console_assets_are_served_and_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_runtime_id_reaches_telemetry() {
     let h = Harness::start("").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     h.run(json!({"runtime_id": id, "code": "print(2)"}))
         .await
         .unwrap();

@@ -215,11 +215,7 @@ async fn twenty_runtimes_leave_no_capability_in_inventory_events_page_or_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_reaped_behind_the_workers_back_shows_as_gone() {
     let h = Harness::start("").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     // The VM vanishes behind the worker's back (as a reap would): the
     // inventory says so from one sandbox::list.
     let (sandbox_id, _) = h

@@ -315,6 +315,22 @@ impl Matcher {
         });
     }
 
+    /// `v` as an array (of `len` elements, when given); otherwise this
+    /// matcher's mismatch is recorded and there is nothing to descend into.
+    fn array_of<'v>(
+        &self,
+        v: &'v Value,
+        len: Option<usize>,
+        path: &str,
+        out: &mut Vec<Mismatch>,
+    ) -> Option<&'v Vec<Value>> {
+        let arr = v.as_array().filter(|a| len.is_none_or(|n| a.len() == n));
+        if arr.is_none() {
+            self.fail(Some(v), path, out);
+        }
+        arr
+    }
+
     fn check_at(&self, actual: Option<&Value>, path: &str, out: &mut Vec<Mismatch>) {
         match self {
             Matcher::Absent => {
@@ -405,14 +421,9 @@ impl Matcher {
                 return;
             }
             Matcher::Array(items) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, Some(items.len()), path, out) else {
                     return;
                 };
-                if arr.len() != items.len() {
-                    self.fail(Some(v), path, out);
-                    return;
-                }
                 if multiset_match(items, arr) {
                     return;
                 }
@@ -428,22 +439,16 @@ impl Matcher {
                 return;
             }
             Matcher::Ordered(items) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, Some(items.len()), path, out) else {
                     return;
                 };
-                if arr.len() != items.len() {
-                    self.fail(Some(v), path, out);
-                    return;
-                }
                 for (i, (m, x)) in items.iter().zip(arr).enumerate() {
                     m.check_at(Some(x), &format!("{path}/{i}"), out);
                 }
                 return;
             }
             Matcher::Items(m) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, None, path, out) else {
                     return;
                 };
                 for (i, x) in arr.iter().enumerate() {
