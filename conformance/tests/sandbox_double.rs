@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::host::pids_with;
 use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use common::{client, wait_for};
 use iii_sdk::protocol::TriggerRequest;
@@ -223,22 +224,6 @@ fn assert_s(err: &Error, code: &str, message: &str, fix: Value, fix_note: Option
 
 fn b64(s: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
-}
-
-/// Host pids whose command line contains `marker`.
-fn pids_with(marker: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(marker))
-                .unwrap_or(false)
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 /// A `sleep` argument no other process on the host will carry.

@@ -4,6 +4,7 @@
 pub mod client;
 pub(crate) mod config_double;
 pub mod engine;
+pub mod host;
 pub mod sandbox_double;
 pub mod stack;
 pub mod wait;

@@ -2,6 +2,7 @@
 //! process tree, the guest skeleton.
 
 use super::*;
+use crate::standin::host::pids_with;
 
 #[test]
 fn read_capped_keeps_exactly_the_cap() {
@@ -27,23 +28,6 @@ fn sh(script: &str) -> ExecSpec {
         stdin: Vec::new(),
         network: true,
     }
-}
-
-/// Pids of host processes whose command line contains `marker`.
-fn pids_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-                .filter(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .map(|c| String::from_utf8_lossy(&c).contains(marker))
-                        .unwrap_or(false)
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]
