@@ -256,6 +256,16 @@ async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
         .map(|r| serde_json::to_value(r).unwrap())
 }
 
+/// Publishes `a::f`, the python handler `DOUBLE`.
+async fn register_double(w: &World) {
+    register(
+        w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .expect("a::f is published");
+}
+
 async fn teardown(w: &World, payload: Value) -> Result<Value, WorkerError> {
     functions::teardown::handle(&w.manager, payload)
         .await
@@ -329,12 +339,7 @@ async fn register_publishes_and_calls_return_the_handler_value() {
 #[tokio::test]
 async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case] code: ErrorCode) {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.sandbox.on_exec(move |p| {
         Ok(frame_for(
             p,
@@ -349,12 +354,7 @@ async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case]
 #[tokio::test]
 async fn a_forged_frame_is_not_a_result() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.sandbox.on_exec(|_| {
         Ok(ok_out(
             "\u{1e}SCR1 00000000000000000000000000000000 ok {\"pwned\":1}\n",
@@ -404,12 +404,7 @@ async fn bad_function_ids_are_refused(#[case] id: &str) {
 #[tokio::test]
 async fn taken_ids_are_refused_across_languages_and_workers() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     let r = register(
         &w,
         json!({"function_id": "a::f", "lang": "node", "source": "export const handler = p => p"}),
@@ -428,12 +423,7 @@ async fn taken_ids_are_refused_across_languages_and_workers() {
 #[tokio::test]
 async fn a_reaped_namespace_runtime_expires_its_functions() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     register(
         &w,
         json!({"function_id": "a::g", "lang": "python", "source": DOUBLE}),
@@ -450,12 +440,7 @@ async fn a_reaped_namespace_runtime_expires_its_functions() {
     let r = teardown(&w, json!({"namespace": "a"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
     // The next registration boots a fresh runtime.
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     assert_eq!(w.sandbox.live(), 1);
 }
 
@@ -507,12 +492,7 @@ async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value
 async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     let w = world();
     kept(&w, "x").await;
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     assert_eq!(w.sandbox.live(), 2);
     // A successor process of the same owner sees both as orphans.
     let successor = Manager::new(
@@ -535,12 +515,7 @@ async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
 
     let w = world();
     kept(&w, "x").await;
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);
     assert!(w.bus.ids().is_empty());
@@ -612,12 +587,7 @@ async fn calls_per_operation_are_pinned() {
     metered_run(&w, json!({"runtime_id": kept["runtime_id"], "code": "x"})).await;
     assert_eq!(stats(&w)["run"]["sandbox_calls"], 3 + 2 + 1);
     // A handler call: one exec.
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
     assert_eq!(counts(&w, "handler_call"), (1, 1, 0));
     // Node code that names iii: the bundle is planted, and counted.
