@@ -200,19 +200,8 @@ impl EngineProcess {
 
     /// SIGTERM, wait, kill after a deadline; the scratch directory goes.
     pub(crate) async fn shutdown(mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if tokio::time::timeout(STOP_DEADLINE, child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
-            }
+        if let Some(child) = self.child.take() {
+            super::child::stop(child, STOP_DEADLINE).await;
         }
     }
 }

@@ -186,14 +186,8 @@ impl Env {
         .map_err(|e| EnvError::caused("the stand-in stack cannot start", e))?;
         let url = bench.url();
         let client = connect(&url).await?;
-        let mut worker =
-            WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, bench.guest_url())?;
-        worker.wait_ready(&client, &functions).await?;
-        let mut env = Env::bare(&url, client, functions);
-        env.bench = Some(bench);
-        env.limits = limits;
-        env.worker = Mutex::new(Some(worker));
-        Ok(env)
+        let guest_url = bench.guest_url();
+        Env::with_worker(&url, client, cmd, functions, guest_url, bench, limits).await
     }
 
     /// A real engine from a container image, the double attached, the worker
@@ -256,6 +250,20 @@ impl Env {
         })
         .await
         .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
+        Env::with_worker(url, client, cmd, functions, guest_url, stack, limits).await
+    }
+
+    /// The worker spawned against `url` and published: the environment
+    /// over `stack`.
+    async fn with_worker(
+        url: &str,
+        client: IIIClient,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+        guest_url: Option<String>,
+        stack: Stack,
+        limits: SandboxLimits,
+    ) -> Result<Env, EnvError> {
         let mut worker = WorkerProcess::spawn_with_guest(cmd, url, UrlVia::Flag, None, guest_url)?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(url, client, functions);

@@ -14,6 +14,7 @@
 //! [`run`] ties them together and returns a [`Report`].
 
 pub mod case;
+mod child;
 pub mod cli;
 pub mod draft;
 pub(crate) mod engine_bin;

@@ -332,25 +332,14 @@ impl WorkerProcess {
 
     /// SIGTERM, then wait (killing it after a deadline).
     pub async fn stop(&mut self) -> Option<ExitStatus> {
-        self.terminate();
-        let mut child = self.child.take()?;
-        match tokio::time::timeout(STOP_DEADLINE, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => {
-                let _ = child.kill().await;
-                child.wait().await.ok()
-            }
-        }
+        crate::suite::child::stop(self.child.take()?, STOP_DEADLINE).await
     }
 
     /// Sends SIGTERM and returns at once (a supervisor's stop request);
     /// [`WorkerProcess::wait_exit`] then bounds how long it may take.
     pub fn terminate(&self) {
-        if let Some(pid) = self.pid() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+        if let Some(child) = &self.child {
+            crate::suite::child::sigterm(child);
         }
     }
 
