@@ -258,14 +258,10 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
     let client = code_runner_conformance::standin::client::connect(&url, "stop-caller")
         .await
         .unwrap();
-    let ready = wait_for(Duration::from_secs(30), || async {
-        engine
-            .function_ids("default")
-            .iter()
-            .any(|f| f == "sandbox-code-runner::run")
-    })
-    .await;
-    assert!(ready, "worker ready");
+    worker
+        .wait_ready(&client, &["sandbox-code-runner::run".to_string()])
+        .await
+        .expect("worker ready");
     let out = client
         .trigger(iii_sdk::protocol::TriggerRequest {
             function_id: "sandbox-code-runner::run".into(),
