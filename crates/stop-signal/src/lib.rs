@@ -33,16 +33,17 @@ mod tests {
         // A handler of the test's own first, so that no SIGTERM raised here
         // can take the default action (ending the test process).
         let _keep = signal(SignalKind::terminate()).expect("a SIGTERM handler");
-        let stop = tokio::spawn(super::stop_requested());
-        // Raised again until it lands: `stop_requested` installs its own
-        // handler on its first poll, which this test does not observe.
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while !stop.is_finished() {
-                raise(Signal::SIGTERM).expect("raise SIGTERM");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("stop_requested resolved after SIGTERM");
+        let stop = super::stop_requested();
+        tokio::pin!(stop);
+        // The first poll installs its handlers; no signal is pending yet.
+        tokio::select! {
+            biased;
+            _ = &mut stop => panic!("resolved before any signal"),
+            _ = async {} => {}
+        }
+        raise(Signal::SIGTERM).expect("raise SIGTERM");
+        tokio::time::timeout(Duration::from_secs(5), stop)
+            .await
+            .expect("stop_requested resolved after SIGTERM");
     }
 }
