@@ -2,117 +2,33 @@
 //! in the same run: the `stats` handler (the cheapest function on the same
 //! publish/encode path) and `list_runtimes` with no runtime at all.
 //!
-//! The manager runs in-process over an in-memory `sandbox::*` whose `list`
-//! answers at once, so the figure is the worker's own cost: one list call,
+//! The manager runs in-process over the tests' in-memory `sandbox::*`
+//! (tests/fakes), whose `list` answers at once, so the figure is the worker's own cost: one list call,
 //! building and sorting 1,000 entries, and encoding the answer. Transport
 //! of the answer over the bus comes on top (see benches/worker.rs for the
 //! per-call bus overhead).
 //!
 //!   cargo bench --bench inventory
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+#[path = "../tests/fakes/mod.rs"]
+mod fakes;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBinding};
+use fakes::{FakeBus, FakeSandbox};
 use sandbox_code_runner::config::Config;
 use sandbox_code_runner::functions;
 use sandbox_code_runner::ids::Lang;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
-use sandbox_code_runner::sandbox::{
-    CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
-};
 use serde_json::{json, Value};
 
-/// `sandbox::*` in memory: every VM exists until stopped; every exec succeeds.
-#[derive(Default)]
-struct MemSandbox {
-    next: AtomicU64,
-    live: Mutex<HashMap<String, String>>,
-}
-
-#[async_trait::async_trait]
-impl SandboxApi for MemSandbox {
-    async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
-        let id = format!(
-            "{:08x}-0000-4000-8000-{:012x}",
-            0,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        );
-        self.live.lock().unwrap().insert(id.clone(), p.name);
-        Ok(id)
-    }
-    async fn exec(&self, _id: &str, _p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        Ok(ExecOutput {
-            stdout: "1\n".into(),
-            stderr: String::new(),
-            exit_code: Some(0),
-            duration_ms: 1,
-        })
-    }
-    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
-        self.live.lock().unwrap().remove(id);
-        Ok(())
-    }
-    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
-        Ok(self
-            .live
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| ListedSandbox {
-                sandbox_id: k.clone(),
-                name: Some(v.clone()),
-            })
-            .collect())
-    }
-    async fn write_file(&self, _: &str, _: &str, _: &str) -> Result<(), SandboxError> {
-        Ok(())
-    }
-}
-
-/// Keeps the published handlers so the bench calls them as the SDK would.
-#[derive(Default)]
-struct MemBus {
-    handlers: Mutex<HashMap<String, Handler>>,
-}
-
-impl Bus for MemBus {
-    fn call<'a>(
-        &'a self,
-        _function_id: &'a str,
-        _payload: Value,
-        _timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
-        Box::pin(async { Err(BusError::new("NOT_FOUND", "in-memory bus")) })
-    }
-    fn publish(&self, spec: FunctionSpec, handler: Handler) {
-        self.handlers.lock().unwrap().insert(spec.id, handler);
-    }
-    fn unpublish(&self, function_id: &str) {
-        self.handlers.lock().unwrap().remove(function_id);
-    }
-    fn bind(&self, t: &str, f: &str, _c: Value) -> Result<TriggerBinding, BusError> {
-        Ok(TriggerBinding::detached(t, f))
-    }
-    fn unbind(&self, _b: TriggerBinding) {}
-}
-
-impl MemBus {
-    fn handler(&self, id: &str) -> Handler {
-        self.handlers.lock().unwrap()[id].clone()
-    }
-}
-
 /// A manager with `kept` kept runtimes, and its bus.
-async fn world(kept: usize) -> (Arc<Manager>, Arc<MemBus>) {
-    let bus = Arc::new(MemBus::default());
+async fn world(kept: usize) -> (Arc<Manager>, Arc<FakeBus>) {
+    let bus = Arc::new(FakeBus::default());
     let manager = Manager::new(
-        Arc::new(MemSandbox::default()),
+        FakeSandbox::bare(),
         bus.clone(),
         Config {
             warm_pool: 0,

@@ -180,7 +180,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
     settings.publish();
 
     // SIGTERM is honoured from here on, whatever the boot is waiting for.
-    let signal = wait_for_signal();
+    let signal = stop_signal::stop_requested();
     tokio::pin!(signal);
     tokio::select! {
         _ = &mut signal => {}
@@ -237,19 +237,4 @@ async fn boot(client: &iii_sdk::IIIClient, manager: &Manager, settings: &Arc<Set
     manager.start_pool();
     settings.boot().await;
     std::future::pending::<()>().await;
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

@@ -24,11 +24,7 @@ const DOUBLE: &str = "def handler(payload):\n    return {\"doubled\": payload[\"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_forgets_ids_and_sweeps_orphans() {
     let mut h = Harness::start("vm_owner: e2e-restart\n").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     h.call(
         REGISTER,
         json!({"function_id": "rs-app::double", "lang": "python", "source": DOUBLE}),
@@ -301,32 +297,21 @@ async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_assets_are_served_and_bound() {
     let h = Harness::start("").await;
-    let js = h
-        .call(
-            "sandbox-code-runner::ui-content",
-            json!({"path": "sandbox-code-runner/cards.js"}),
-        )
-        .await
-        .unwrap();
-    assert!(js["content_type"]
-        .as_str()
-        .unwrap()
-        .starts_with("text/javascript"));
-    assert!(js["content"]
-        .as_str()
-        .unwrap()
-        .contains("SandboxCodeRunnerUI"));
-    let css = h
-        .call(
-            "sandbox-code-runner::ui-content",
-            json!({"path": "sandbox-code-runner/cards.css"}),
-        )
-        .await
-        .unwrap();
-    assert!(css["content_type"]
-        .as_str()
-        .unwrap()
-        .starts_with("text/css"));
+    for (path, content_type, mark) in [
+        ("cards.js", "text/javascript", "SandboxCodeRunnerUI"),
+        ("cards.css", "text/css", ""),
+    ] {
+        let asset = h
+            .call(
+                "sandbox-code-runner::ui-content",
+                json!({"path": format!("sandbox-code-runner/{path}")}),
+            )
+            .await
+            .unwrap();
+        let served = asset["content_type"].as_str().unwrap();
+        assert!(served.starts_with(content_type), "{path}: {served}");
+        assert!(asset["content"].as_str().unwrap().contains(mark), "{path}");
+    }
     let e = h
         .call(
             "sandbox-code-runner::ui-content",
@@ -360,11 +345,7 @@ async fn console_assets_are_served_and_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_runtime_id_reaches_telemetry() {
     let h = Harness::start("").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     h.run(json!({"runtime_id": id, "code": "print(2)"}))
         .await
         .unwrap();

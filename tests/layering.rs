@@ -5,8 +5,14 @@
 use std::path::{Path, PathBuf};
 
 fn sources() -> Vec<(String, String)> {
+    sources_under("src")
+}
+
+/// Every `.rs` file below `dir` (relative to the workspace root), with its
+/// path relative to `dir`.
+fn sources_under(dir: &str) -> Vec<(String, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).expect("src/ is readable") {
+        for e in std::fs::read_dir(dir).expect("the source tree is readable") {
             let p = e.expect("a directory entry").path();
             if p.is_dir() {
                 walk(&p, out);
@@ -15,10 +21,10 @@ fn sources() -> Vec<(String, String)> {
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files = Vec::new();
     walk(&root, &mut files);
-    assert!(files.len() > 10, "found the worker's sources");
+    assert!(files.len() > 10, "found the sources under {dir}");
     files
         .into_iter()
         .map(|p| {
@@ -115,14 +121,18 @@ fn the_manager_never_sees_json_requests() {
     }
 }
 
-#[test]
-fn every_module_states_its_job_and_stays_under_600_lines() {
-    for (file, text) in sources() {
+/// Each module of the worker and of the conformance crate opens with its
+/// job and stays under 600 lines (their tests/ directories are exempt).
+#[rstest::rstest]
+#[case::worker("src")]
+#[case::conformance("conformance/src")]
+fn every_module_states_its_job_and_stays_under_600_lines(#[case] dir: &str) {
+    for (file, text) in sources_under(dir) {
         assert!(
             text.starts_with("//! "),
-            "{file} opens with its one-line job"
+            "{dir}/{file} opens with its one-line job"
         );
         let lines = text.lines().count();
-        assert!(lines <= 600, "{file} has {lines} lines");
+        assert!(lines <= 600, "{dir}/{file} has {lines} lines");
     }
 }

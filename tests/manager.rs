@@ -2,254 +2,22 @@
 //! bus: every branch of the error mapping, keep/reuse/one-shot, expiry,
 //! serialization, registration and teardown.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod fakes;
+
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fakes::{daemon, frame_for, ok_out, FakeBus, FakeSandbox};
 use rstest::rstest;
-use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBinding};
+use sandbox_code_runner::bus::BusError;
 use sandbox_code_runner::config::Config;
 use sandbox_code_runner::error::{ErrorCode, WorkerError};
 use sandbox_code_runner::functions;
 use sandbox_code_runner::ids::Lang;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
-use sandbox_code_runner::sandbox::{
-    CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
-};
+use sandbox_code_runner::sandbox::{ExecOutput, SandboxError};
 use serde_json::{json, Value};
-
-type ExecFn = dyn Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync;
-
-/// A scripted `sandbox::*`.
-struct FakeSandbox {
-    log: Mutex<Vec<String>>,
-    live: Mutex<HashMap<String, Option<String>>>,
-    next: AtomicUsize,
-    create_error: Mutex<Option<SandboxError>>,
-    capacity: Mutex<Option<usize>>,
-    exec: Mutex<Arc<ExecFn>>,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
-}
-
-fn ok_out(stdout: &str, code: i32) -> ExecOutput {
-    ExecOutput {
-        stdout: stdout.into(),
-        stderr: String::new(),
-        exit_code: Some(code),
-        duration_ms: 3,
-    }
-}
-
-/// Answers handler execs with a genuine frame carrying `value`.
-fn frame_for(p: &ExecParams, kind: &str, body: &Value) -> ExecOutput {
-    let stdin: Value =
-        serde_json::from_slice(p.stdin.as_deref().unwrap_or_default()).unwrap_or(Value::Null);
-    let secret = stdin["secret"].as_str().unwrap_or("").to_string();
-    ok_out(
-        &format!("print from handler\n\u{1e}SCR1 {secret} {kind} {body}\n"),
-        0,
-    )
-}
-
-fn is_invoke(p: &ExecParams) -> bool {
-    p.env
-        .get("SCR_WORKER_NAME")
-        .is_some_and(|n| n != "sandbox-code-runner:run")
-}
-
-impl FakeSandbox {
-    fn new() -> Arc<FakeSandbox> {
-        Arc::new(FakeSandbox {
-            log: Mutex::new(Vec::new()),
-            live: Mutex::new(HashMap::new()),
-            next: AtomicUsize::new(1),
-            create_error: Mutex::new(None),
-            capacity: Mutex::new(None),
-            exec: Mutex::new(Arc::new(|p: &ExecParams| {
-                if is_invoke(p) {
-                    Ok(frame_for(p, "ok", &json!({"doubled": 42})))
-                } else {
-                    Ok(ok_out("4\n", 0))
-                }
-            })),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        })
-    }
-
-    fn on_exec(
-        &self,
-        f: impl Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync + 'static,
-    ) {
-        *self.exec.lock().unwrap() = Arc::new(f);
-    }
-
-    fn ops(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn live(&self) -> usize {
-        self.live.lock().unwrap().len()
-    }
-
-    fn reap_all(&self) {
-        self.live.lock().unwrap().clear();
-    }
-
-    fn check_live(&self, id: &str) -> Result<(), SandboxError> {
-        if self.live.lock().unwrap().contains_key(id) {
-            Ok(())
-        } else {
-            Err(daemon("S002", &format!("sandbox not found: {id}")))
-        }
-    }
-}
-
-fn daemon(code: &str, message: &str) -> SandboxError {
-    SandboxError::Daemon {
-        code: code.into(),
-        message: message.into(),
-        retryable: false,
-    }
-}
-
-#[async_trait::async_trait]
-impl SandboxApi for FakeSandbox {
-    async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
-        self.log.lock().unwrap().push(format!("create {}", p.image));
-        if let Some(e) = self.create_error.lock().unwrap().clone() {
-            return Err(e);
-        }
-        if let Some(cap) = *self.capacity.lock().unwrap() {
-            if self.live() >= cap {
-                return Err(daemon(
-                    "S400",
-                    &format!("resource limit exceeded: max_concurrent_sandboxes ({cap}) reached"),
-                ));
-            }
-        }
-        let n = self.next.fetch_add(1, Ordering::SeqCst);
-        let id = format!("00000000-0000-4000-8000-{n:012}");
-        self.live.lock().unwrap().insert(id.clone(), Some(p.name));
-        Ok(id)
-    }
-
-    async fn exec(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        self.log.lock().unwrap().push("exec".into());
-        self.check_live(id)?;
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        tokio::task::yield_now().await;
-        // The sleep is the behaviour under test: an exec takes time, so
-        // overlapping execs would be seen by `max_in_flight`.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let f = self.exec.lock().unwrap().clone();
-        f(&p)
-    }
-
-    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
-        self.log.lock().unwrap().push("stop".into());
-        self.check_live(id)?;
-        self.live.lock().unwrap().remove(id);
-        Ok(())
-    }
-
-    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
-        self.log.lock().unwrap().push("list".into());
-        Ok(self
-            .live
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| ListedSandbox {
-                sandbox_id: k.clone(),
-                name: v.clone(),
-            })
-            .collect())
-    }
-
-    async fn write_file(&self, id: &str, path: &str, _content: &str) -> Result<(), SandboxError> {
-        self.log.lock().unwrap().push(format!("write {path}"));
-        self.check_live(id)
-    }
-}
-
-/// A bus that records publications and answers `engine::functions::info`.
-#[derive(Default)]
-struct FakeBus {
-    published: Mutex<HashMap<String, Handler>>,
-    taken: Mutex<HashSet<String>>,
-}
-
-impl Bus for FakeBus {
-    fn call<'a>(
-        &'a self,
-        function_id: &'a str,
-        payload: Value,
-        _timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
-        Box::pin(async move {
-            assert_eq!(function_id, "engine::functions::info");
-            let id = payload["function_id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let known = self.taken.lock().unwrap().contains(&id)
-                || self.published.lock().unwrap().contains_key(&id);
-            if known {
-                Ok(json!({"function_id": id}))
-            } else {
-                Err(BusError::new(
-                    "NOT_FOUND",
-                    format!("Function '{id}' is not registered."),
-                ))
-            }
-        })
-    }
-
-    fn publish(&self, spec: FunctionSpec, handler: Handler) {
-        self.published.lock().unwrap().insert(spec.id, handler);
-    }
-
-    fn unpublish(&self, function_id: &str) {
-        self.published.lock().unwrap().remove(function_id);
-    }
-
-    fn bind(
-        &self,
-        trigger_type: &str,
-        function_id: &str,
-        _config: Value,
-    ) -> Result<TriggerBinding, BusError> {
-        Ok(TriggerBinding::detached(trigger_type, function_id))
-    }
-
-    fn unbind(&self, _binding: TriggerBinding) {}
-}
-
-impl FakeBus {
-    fn ids(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.published.lock().unwrap().keys().cloned().collect();
-        v.sort();
-        v
-    }
-
-    async fn call_published(&self, id: &str, payload: Value) -> Result<Value, WorkerError> {
-        let h = self
-            .published
-            .lock()
-            .unwrap()
-            .get(id)
-            .cloned()
-            .expect("published");
-        h(payload).await
-    }
-}
 
 struct World {
     sandbox: Arc<FakeSandbox>,
@@ -285,6 +53,17 @@ async fn run(w: &World, payload: Value) -> Result<Value, WorkerError> {
     functions::run::handle(&w.manager, payload)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
+}
+
+/// A kept python run of `code`: its `runtime_id`.
+async fn kept(w: &World, code: &str) -> String {
+    let out = run(w, json!({"lang": "python", "code": code, "keep": true}))
+        .await
+        .expect("a kept run");
+    out["runtime_id"]
+        .as_str()
+        .expect("a runtime_id")
+        .to_string()
 }
 
 fn code_of(r: &Result<Value, WorkerError>) -> Option<ErrorCode> {
@@ -324,10 +103,7 @@ async fn code_naming_iii_gets_the_sdk_first() {
 #[tokio::test]
 async fn keep_returns_an_id_and_reuse_echoes_it() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     assert!(id.starts_with("rt-"));
     assert!(
         !id.contains("00000000-0000-4000"),
@@ -430,10 +206,7 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
     let r = run(&w, json!({"runtime_id": "rt-nope", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
 
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     let r = run(&w, json!({"runtime_id": id, "lang": "node", "code": "x"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::InvalidRequest));
 
@@ -451,13 +224,7 @@ async fn reuse_errors_unknown_mismatch_and_expiry() {
 #[tokio::test]
 async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
     let w = world();
-    let a = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let b = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let (a, b) = (a["runtime_id"].clone(), b["runtime_id"].clone());
+    let (a, b) = (kept(&w, "x").await, kept(&w, "x").await);
     w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
     let same: Vec<_> = (0..4)
         .map(|_| run(&w, json!({"runtime_id": a, "code": "x"})))
@@ -488,6 +255,16 @@ async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
     functions::register::handle(&w.manager, payload)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
+}
+
+/// Publishes `a::f`, the python handler `DOUBLE`.
+async fn register_double(w: &World) {
+    register(
+        w,
+        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .expect("a::f is published");
 }
 
 async fn teardown(w: &World, payload: Value) -> Result<Value, WorkerError> {
@@ -563,12 +340,7 @@ async fn register_publishes_and_calls_return_the_handler_value() {
 #[tokio::test]
 async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case] code: ErrorCode) {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.sandbox.on_exec(move |p| {
         Ok(frame_for(
             p,
@@ -583,12 +355,7 @@ async fn handler_failures_are_handler_errors(#[case] kind: &'static str, #[case]
 #[tokio::test]
 async fn a_forged_frame_is_not_a_result() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.sandbox.on_exec(|_| {
         Ok(ok_out(
             "\u{1e}SCR1 00000000000000000000000000000000 ok {\"pwned\":1}\n",
@@ -638,12 +405,7 @@ async fn bad_function_ids_are_refused(#[case] id: &str) {
 #[tokio::test]
 async fn taken_ids_are_refused_across_languages_and_workers() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     let r = register(
         &w,
         json!({"function_id": "a::f", "lang": "node", "source": "export const handler = p => p"}),
@@ -662,12 +424,7 @@ async fn taken_ids_are_refused_across_languages_and_workers() {
 #[tokio::test]
 async fn a_reaped_namespace_runtime_expires_its_functions() {
     let w = world();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     register(
         &w,
         json!({"function_id": "a::g", "lang": "python", "source": DOUBLE}),
@@ -684,22 +441,14 @@ async fn a_reaped_namespace_runtime_expires_its_functions() {
     let r = teardown(&w, json!({"namespace": "a"})).await;
     assert_eq!(code_of(&r), Some(ErrorCode::RuntimeNotFound));
     // The next registration boots a fresh runtime.
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     assert_eq!(w.sandbox.live(), 1);
 }
 
 #[tokio::test]
 async fn teardown_by_runtime_and_by_namespace() {
     let w = world();
-    let out = run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = kept(&w, "x").await;
     let t = teardown(&w, json!({"runtime_id": id})).await.unwrap();
     assert_eq!(
         t,
@@ -743,15 +492,8 @@ async fn teardown_refuses_both_neither_and_bad_namespaces(#[case] payload: Value
 #[tokio::test]
 async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    kept(&w, "x").await;
+    register_double(&w).await;
     assert_eq!(w.sandbox.live(), 2);
     // A successor process of the same owner sees both as orphans.
     let successor = Manager::new(
@@ -773,15 +515,8 @@ async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     assert_eq!(w.sandbox.live(), 0);
 
     let w = world();
-    run(&w, json!({"lang": "python", "code": "x", "keep": true}))
-        .await
-        .unwrap();
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    kept(&w, "x").await;
+    register_double(&w).await;
     w.manager.shutdown().await;
     assert_eq!(w.sandbox.live(), 0);
     assert!(w.bus.ids().is_empty());
@@ -853,12 +588,7 @@ async fn calls_per_operation_are_pinned() {
     metered_run(&w, json!({"runtime_id": kept["runtime_id"], "code": "x"})).await;
     assert_eq!(stats(&w)["run"]["sandbox_calls"], 3 + 2 + 1);
     // A handler call: one exec.
-    register(
-        &w,
-        json!({"function_id": "a::f", "lang": "python", "source": DOUBLE}),
-    )
-    .await
-    .unwrap();
+    register_double(&w).await;
     w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
     assert_eq!(counts(&w, "handler_call"), (1, 1, 0));
     // Node code that names iii: the bundle is planted, and counted.
@@ -1083,10 +813,7 @@ async fn a_vm_whose_python_differs_falls_back_to_pip() {
 async fn a_vm_that_ran_tenant_code_is_never_archived() {
     let w = world();
     let steps = python_sdk_vm(&w, "cpython-3.11.2");
-    let out = run(&w, json!({"lang": "python", "code": "x = 1", "keep": true}))
-        .await
-        .unwrap();
-    let rid = out["runtime_id"].as_str().unwrap().to_string();
+    let rid = kept(&w, "x = 1").await;
     run(&w, json!({"runtime_id": rid, "code": "print(iii)"}))
         .await
         .unwrap();

@@ -4,12 +4,13 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use code_runner_conformance::standin::engine::StandInEngine;
 use code_runner_conformance::standin::sandbox_double::SandboxDouble;
+use code_runner_conformance::suite::case::UrlVia;
+use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
 use common::{wait_for, Harness};
 use iii_sdk::RegisterFunction;
 use serde_json::{json, Value};
@@ -214,11 +215,7 @@ async fn twenty_runtimes_leave_no_capability_in_inventory_events_page_or_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_reaped_behind_the_workers_back_shows_as_gone() {
     let h = Harness::start("").await;
-    let out = h
-        .run(json!({"lang": "python", "code": "print(1)", "keep": true}))
-        .await
-        .unwrap();
-    let id = out["runtime_id"].as_str().unwrap().to_string();
+    let id = h.kept().await;
     // The VM vanishes behind the worker's back (as a reap would): the
     // inventory says so from one sandbox::list.
     let (sandbox_id, _) = h
@@ -249,33 +246,22 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
     let sandbox = SandboxDouble::start(&url, common::test_limits())
         .await
         .expect("sandbox double");
-    let dir = std::env::temp_dir().join(format!("scr-stop-{:016x}", rand::random::<u64>()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("config.yaml"), "warm_pool: 1\n").unwrap();
-    let log_path = dir.join("worker.log");
-    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-        .arg("--url")
-        .arg(&url)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("worker starts");
+    let mut worker = WorkerProcess::spawn_with_env(
+        &WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner")),
+        &url,
+        UrlVia::Flag,
+        Some("warm_pool: 1\n"),
+        None,
+        &[("RUST_LOG", "info")],
+    )
+    .expect("worker starts");
     let client = code_runner_conformance::standin::client::connect(&url, "stop-caller")
         .await
         .unwrap();
-    let ready = wait_for(Duration::from_secs(30), || async {
-        engine
-            .function_ids("default")
-            .iter()
-            .any(|f| f == "sandbox-code-runner::run")
-    })
-    .await;
-    assert!(ready, "worker ready");
+    worker
+        .wait_ready(&client, &["sandbox-code-runner::run".to_string()])
+        .await
+        .expect("worker ready");
     let out = client
         .trigger(iii_sdk::protocol::TriggerRequest {
             function_id: "sandbox-code-runner::run".into(),
@@ -288,22 +274,14 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
     assert!(out["runtime_id"].is_string());
 
     engine.shutdown().await;
-    let pid = worker.id().expect("pid");
     let sent = Instant::now();
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let status = tokio::time::timeout(Duration::from_secs(5), worker.wait())
+    worker.terminate();
+    let status = worker
+        .wait_exit(Duration::from_secs(5))
         .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "still running 5 s after SIGTERM; log:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            )
-        })
-        .expect("exit status");
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM; log:\n{}", worker.log()));
     let took = sent.elapsed();
-    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let log = worker.log();
     assert_eq!(
         status.code(),
         Some(3),
@@ -316,5 +294,4 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
     common::assert_no_runtime_ids(&log);
     client.shutdown_async().await;
     sandbox.shutdown().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use code_runner_conformance::standin::wait::until_blocking;
+
 mod common;
 
 const NPM_DEADLINE: Duration = Duration::from_secs(600);
@@ -77,21 +79,21 @@ fn run(cmd: &mut Command, deadline: Duration) -> Output {
         .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s.code(),
-            Ok(None) if start.elapsed() > deadline => {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!("waiting for {:?}: {e}", cmd.get_program()),
-        }
-    };
+    let mut exited = None;
+    let finished = until_blocking(deadline, Duration::from_millis(100), || {
+        exited = child
+            .try_wait()
+            .unwrap_or_else(|e| panic!("waiting for {:?}: {e}", cmd.get_program()));
+        exited.is_some()
+    });
+    if !finished {
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", child.id())])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let status = exited.and_then(|s| s.code());
     let mut text = String::new();
     let _ = fs::File::open(&log).and_then(|mut f| f.read_to_string(&mut text));
     let _ = fs::remove_file(&log);
@@ -126,8 +128,7 @@ struct InstallLock(PathBuf);
 
 impl InstallLock {
     fn acquire(path: PathBuf) -> InstallLock {
-        let start = Instant::now();
-        loop {
+        let taken = until_blocking(LOCK_WAIT, Duration::from_millis(200), || {
             match fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -136,7 +137,7 @@ impl InstallLock {
                 Ok(mut f) => {
                     use std::io::Write;
                     let _ = write!(f, "{}", std::process::id());
-                    return InstallLock(path);
+                    true
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let holder = fs::read_to_string(&path).unwrap_or_default();
@@ -145,15 +146,21 @@ impl InstallLock {
                         .parse::<u32>()
                         .map(|pid| Path::new(&format!("/proc/{pid}")).exists())
                         .unwrap_or(true);
-                    if !alive || start.elapsed() > LOCK_WAIT {
+                    if !alive {
+                        // Its holder is gone: the next look takes it over.
                         let _ = fs::remove_file(&path);
-                        continue;
                     }
-                    std::thread::sleep(Duration::from_millis(200));
+                    false
                 }
                 Err(e) => panic!("cannot create {}: {e}", path.display()),
             }
+        });
+        if !taken {
+            // Held past LOCK_WAIT: a stale lock of a reused pid; take it over.
+            let _ = fs::remove_file(&path);
+            return InstallLock::acquire(path);
         }
+        InstallLock(path)
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// Why two summaries could not be compared.
 #[derive(Debug, thiserror::Error)]
-pub enum CompareError {
+pub(crate) enum CompareError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -40,17 +40,17 @@ fn load(path: &Path) -> Result<Value, CompareError> {
 
 /// One row of the comparison.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
-    pub bench: String,
-    pub a_median_ms: Option<f64>,
-    pub b_median_ms: Option<f64>,
-    pub a_calls: Option<f64>,
-    pub b_calls: Option<f64>,
+pub(crate) struct Row {
+    pub(crate) bench: String,
+    pub(crate) a_median_ms: Option<f64>,
+    pub(crate) b_median_ms: Option<f64>,
+    pub(crate) a_calls: Option<f64>,
+    pub(crate) b_calls: Option<f64>,
 }
 
 impl Row {
     /// B over A, the number that survives a change of machine.
-    pub fn ratio(&self) -> Option<f64> {
+    pub(crate) fn ratio(&self) -> Option<f64> {
         match (self.a_median_ms, self.b_median_ms) {
             (Some(a), Some(b)) if a > 0.0 => Some(b / a),
             _ => None,
@@ -59,7 +59,7 @@ impl Row {
 }
 
 /// Rows for every bench in either summary, sorted by name.
-pub fn compare(a: &Value, b: &Value) -> Vec<Row> {
+pub(crate) fn compare(a: &Value, b: &Value) -> Vec<Row> {
     let names: BTreeSet<String> = a["benches"]
         .as_object()
         .into_iter()
@@ -84,7 +84,7 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 }
 
 /// The printable table.
-pub fn render(a: &Value, b: &Value) -> String {
+pub(crate) fn render(a: &Value, b: &Value) -> String {
     let mut out = format!(
         "A: {} ({})\nB: {} ({})\n\n{:<55} {:>10} {:>10} {:>7} {:>9}\n",
         a["git_revision"].as_str().unwrap_or("?"),
@@ -115,7 +115,7 @@ pub fn render(a: &Value, b: &Value) -> String {
 }
 
 /// Loads and renders two summary files.
-pub fn run(a: &Path, b: &Path) -> Result<String, CompareError> {
+pub(crate) fn run(a: &Path, b: &Path) -> Result<String, CompareError> {
     Ok(render(&load(a)?, &load(b)?))
 }
 

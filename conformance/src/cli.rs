@@ -41,43 +41,38 @@ pub enum Command {
 #[derive(clap::Args, Debug)]
 pub struct BenchCompareArgs {
     /// The baseline summary.
-    pub a: std::path::PathBuf,
+    pub(crate) a: std::path::PathBuf,
     /// The summary compared with it.
-    pub b: std::path::PathBuf,
+    pub(crate) b: std::path::PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// Main listener port (on `--main-host`); 0 picks a free one.
     #[arg(long, default_value_t = 49134)]
-    pub port: u16,
+    pub(crate) port: u16,
     /// Main listener host: host-only 127.0.0.2 by default, which the
     /// sandbox gateway (like the real one) does not reach.
     #[arg(long, default_value_t = crate::standin::stack::MAIN_HOST)]
-    pub main_host: std::net::Ipv4Addr,
+    pub(crate) main_host: std::net::Ipv4Addr,
     /// Guest listener port on 127.0.0.1 (RBAC; auth function
     /// `sandbox-code-runner::guest-auth`); 0 picks a free one.
     #[arg(long, default_value_t = 49135)]
-    pub guest_port: u16,
+    pub(crate) guest_port: u16,
     /// Function prefix of the worker whose `<prefix>::guest-auth` and
     /// `<prefix>::guest-register` gate the guest listener.
     #[arg(long, default_value = "sandbox-code-runner")]
-    pub guest_prefix: String,
+    pub(crate) guest_prefix: String,
     /// Connect the daemon double to this (real) engine instead of starting
     /// the stand-in.
     #[arg(long)]
-    pub engine: Option<String>,
+    pub(crate) engine: Option<String>,
     /// Also start the configuration-worker double, persisting one YAML file
     /// per entry in this directory.
     #[arg(long)]
-    pub configuration_dir: Option<std::path::PathBuf>,
+    pub(crate) configuration_dir: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub sandbox: SandboxArgs,
-}
-
-/// Logs go to stderr; stdout carries only what a command promises to print.
-pub fn init_tracing() {
-    init_tracing_with("info");
+    pub(crate) sandbox: SandboxArgs,
 }
 
 /// The log level a command runs with when `RUST_LOG` is unset: the suite's
@@ -147,30 +142,15 @@ async fn serve(args: ServeArgs) -> ExitCode {
     if let Some(guest) = bench.guest_url() {
         tracing::info!(%guest, "guest listener (RBAC; give it to the worker as guest_url / III_GUEST_URL)");
     }
-    wait_for_signal().await;
+    stop_signal::stop_requested().await;
     tracing::info!("stopping: every sandbox this bench started is stopped");
     bench.shutdown().await;
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-}
-
 /// Prints `error: <e>`, then each `source()` of the chain on its own line,
 /// so a failure keeps every cause up to the terminal.
-pub fn print_error(e: &dyn std::error::Error) {
+pub(crate) fn print_error(e: &dyn std::error::Error) {
     eprintln!("error: {e}");
     let mut next = e.source();
     while let Some(cause) = next {

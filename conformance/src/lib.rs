@@ -8,10 +8,11 @@
 //!   assembles them, so a worker runs anywhere (no real engine, no KVM).
 //!
 //! [`cli`] is the `code-runner-conformance` command line over both;
-//! [`bench_compare`] reads criterion results; [`trigger`] sends one call.
+//! `bench_compare` reads criterion results; `trigger` sends one call (both
+//! crate-private, behind the CLI).
 //! See README.md and ARCHITECTURE.md.
-pub mod bench_compare;
+pub(crate) mod bench_compare;
 pub mod cli;
 pub mod standin;
 pub mod suite;
-pub mod trigger;
+pub(crate) mod trigger;

@@ -2,7 +2,6 @@
 //! run verbatim with only the command name changed.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::{Map, Value};
@@ -10,24 +9,24 @@ use serde_json::{Map, Value};
 #[derive(clap::Args, Debug)]
 pub struct TriggerArgs {
     /// The function to call, e.g. `sandbox-code-runner::run`.
-    pub function_id: String,
+    pub(crate) function_id: String,
     /// Payload fields as `key=value`; a value that parses as JSON (numbers,
     /// booleans, null, objects) is taken as JSON, anything else as a string.
-    pub fields: Vec<String>,
+    pub(crate) fields: Vec<String>,
     /// The whole payload as one JSON document (instead of `key=value`).
     #[arg(long, conflicts_with = "fields")]
-    pub json: Option<String>,
+    pub(crate) json: Option<String>,
     /// Engine URL.
     #[arg(long, env = "III_URL", default_value = "ws://127.0.0.1:49134")]
-    pub url: String,
+    pub(crate) url: String,
     /// Client-side deadline in milliseconds.
     #[arg(long, default_value_t = 60_000)]
-    pub timeout_ms: u64,
+    pub(crate) timeout_ms: u64,
 }
 
 /// Why a payload could not be built from the arguments.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum PayloadError {
+pub(crate) enum PayloadError {
     #[error("`{0}` is not key=value")]
     NotKeyValue(String),
     #[error("--json is not valid JSON: {0}")]
@@ -35,7 +34,7 @@ pub enum PayloadError {
 }
 
 /// Builds the payload from `k=v` pairs or `--json`.
-pub fn payload(fields: &[String], json: Option<&str>) -> Result<Value, PayloadError> {
+pub(crate) fn payload(fields: &[String], json: Option<&str>) -> Result<Value, PayloadError> {
     if let Some(doc) = json {
         return serde_json::from_str(doc).map_err(|e| PayloadError::BadJson(e.to_string()));
     }
@@ -53,7 +52,7 @@ pub fn payload(fields: &[String], json: Option<&str>) -> Result<Value, PayloadEr
     Ok(Value::Object(map))
 }
 
-pub async fn run(args: TriggerArgs) -> ExitCode {
+pub(crate) async fn run(args: TriggerArgs) -> ExitCode {
     let payload = match payload(&args.fields, args.json.as_deref()) {
         Ok(p) => p,
         Err(e) => {
@@ -97,9 +96,6 @@ pub async fn run(args: TriggerArgs) -> ExitCode {
         }
     }
 }
-
-/// Keeps the client connected long enough for a short-lived command.
-pub const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

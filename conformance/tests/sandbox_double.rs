@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use code_runner_conformance::standin::engine::StandInEngine;
+use code_runner_conformance::standin::host::pids_with;
 use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use common::{client, wait_for};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::{Error, IIIClient};
 use rstest::rstest;
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 const DOCS: &str =
     "https://github.com/iii-hq/iii/blob/main/crates/iii-worker/src/sandbox_daemon/README.md#";
@@ -121,6 +123,30 @@ impl Harness {
             .find(|s| s["sandbox_id"] == id)
     }
 
+    /// Starts `sleep <marker>` in `id` in the background and waits until
+    /// its process runs: the marker, and the pending exec call.
+    async fn sleeping(&self, id: &str) -> (String, JoinHandle<Result<Value, Error>>) {
+        let marker = sleep_marker();
+        let caller = self.caller.clone();
+        let payload = json!({ "sandbox_id": id, "argv": ["sleep", marker], "timeout_ms": 60_000 });
+        let call = tokio::spawn(async move {
+            caller
+                .trigger(TriggerRequest {
+                    function_id: "sandbox::exec".into(),
+                    payload,
+                    action: None,
+                    timeout_ms: Some(90_000),
+                })
+                .await
+        });
+        let started = wait_for(Duration::from_secs(10), || async {
+            !pids_with(&marker).is_empty()
+        })
+        .await;
+        assert!(started, "the sleep runs");
+        (marker, call)
+    }
+
     async fn finish(mut self) {
         self.caller.shutdown_async().await;
         if let Some(d) = self.double.take() {
@@ -198,22 +224,6 @@ fn assert_s(err: &Error, code: &str, message: &str, fix: Value, fix_note: Option
 
 fn b64(s: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
-}
-
-/// Host pids whose command line contains `marker`.
-fn pids_with(marker: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(marker))
-                .unwrap_or(false)
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 /// A `sleep` argument no other process on the host will carry.
@@ -539,22 +549,7 @@ async fn s003_at_the_exec_cap_and_s300_when_stopped_underneath() {
     })
     .await;
     let id = h.python().await;
-    let marker = sleep_marker();
-    let long = {
-        let caller = h.caller.clone();
-        let id = id.clone();
-        let marker = marker.clone();
-        tokio::spawn(async move {
-            caller
-                .trigger(TriggerRequest {
-                    function_id: "sandbox::exec".into(),
-                    payload: json!({ "sandbox_id": id, "argv": ["sleep", marker], "timeout_ms": 60_000 }),
-                    action: None,
-                    timeout_ms: Some(90_000),
-                })
-                .await
-        })
-    };
+    let (marker, long) = h.sleeping(&id).await;
     let busy = wait_for(Duration::from_secs(10), || async {
         h.listed_entry(&id).await.is_some_and(|s| {
             s["exec_in_flight"] == 1 && s["exec_slots_free"] == 0 && s["exec_in_progress"] == true
@@ -705,117 +700,79 @@ async fn s200_timeout_is_clamped_to_the_max() {
 async fn fs_error_codes() {
     let h = default_harness().await;
     let id = h.python().await;
-
-    let err = h
-        .call(
-            "sandbox::fs::write",
-            json!({ "sandbox_id": id, "path": "/work/app/main.py", "content": "print(1)" }),
-        )
-        .await
-        .expect_err("S211");
-    assert_s(
-        &err,
-        "S211",
-        "parent directory not found: parent not found: /work/app",
-        json!({ "parents": true }),
-        Some(NOTE_PARENTS),
-    );
-
-    let err = h
-        .call(
-            "sandbox::fs::read",
-            json!({ "sandbox_id": id, "path": "/tmp/none" }),
-        )
-        .await
-        .expect_err("S211");
-    assert_s(
-        &err,
-        "S211",
-        "file not found: path not found: /tmp/none",
-        Value::Null,
-        None,
-    );
-
-    let err = h
-        .call(
-            "sandbox::fs::read",
-            json!({ "sandbox_id": id, "path": "/tmp" }),
-        )
-        .await
-        .expect_err("S212");
-    assert_s(
-        &err,
-        "S212",
-        "not a directory or wrong type: is a directory: /tmp",
-        Value::Null,
-        None,
-    );
-
-    let err = h
-        .call(
-            "sandbox::fs::mkdir",
-            json!({ "sandbox_id": id, "path": "/tmp" }),
-        )
-        .await
-        .expect_err("S213");
-    assert_s(
-        &err,
-        "S213",
-        "already exists: path already exists: /tmp",
-        Value::Null,
-        None,
-    );
-
-    let err = h
-        .call(
-            "sandbox::fs::write",
-            json!({ "sandbox_id": id, "path": "/tmp/x", "content": "x", "mode": "rw-r--r--" }),
-        )
-        .await
-        .expect_err("S210");
-    assert_s(
-        &err,
-        "S210",
-        "invalid octal mode: rw-r--r--",
-        Value::Null,
-        None,
-    );
-
-    let err = h
-        .call(
-            "sandbox::fs::write",
-            json!({ "sandbox_id": id, "path": "relative.txt", "content": "x" }),
-        )
-        .await
-        .expect_err("S210");
-    assert_s(
-        &err,
-        "S210",
-        "path must be absolute: relative.txt",
-        Value::Null,
-        None,
-    );
-
-    // A write whose parent is a file.
+    // A file to write under, as if it were a directory.
     h.ok(
         "sandbox::fs::write",
         json!({ "sandbox_id": id, "path": "/tmp/file", "content": "x" }),
     )
     .await;
-    let err = h
-        .call(
+    // (function, request beyond the sandbox id, code, message, fix, fix_note)
+    let table = [
+        (
             "sandbox::fs::write",
-            json!({ "sandbox_id": id, "path": "/tmp/file/child", "content": "x" }),
-        )
-        .await
-        .expect_err("S216");
-    assert_s(
-        &err,
-        "S216",
-        "fs i/o error: /tmp/file/child: Not a directory (os error 20)",
-        Value::Null,
-        None,
-    );
+            json!({ "path": "/work/app/main.py", "content": "print(1)" }),
+            "S211",
+            "parent directory not found: parent not found: /work/app",
+            json!({ "parents": true }),
+            Some(NOTE_PARENTS),
+        ),
+        (
+            "sandbox::fs::read",
+            json!({ "path": "/tmp/none" }),
+            "S211",
+            "file not found: path not found: /tmp/none",
+            Value::Null,
+            None,
+        ),
+        (
+            "sandbox::fs::read",
+            json!({ "path": "/tmp" }),
+            "S212",
+            "not a directory or wrong type: is a directory: /tmp",
+            Value::Null,
+            None,
+        ),
+        (
+            "sandbox::fs::mkdir",
+            json!({ "path": "/tmp" }),
+            "S213",
+            "already exists: path already exists: /tmp",
+            Value::Null,
+            None,
+        ),
+        (
+            "sandbox::fs::write",
+            json!({ "path": "/tmp/x", "content": "x", "mode": "rw-r--r--" }),
+            "S210",
+            "invalid octal mode: rw-r--r--",
+            Value::Null,
+            None,
+        ),
+        (
+            "sandbox::fs::write",
+            json!({ "path": "relative.txt", "content": "x" }),
+            "S210",
+            "path must be absolute: relative.txt",
+            Value::Null,
+            None,
+        ),
+        (
+            "sandbox::fs::write",
+            json!({ "path": "/tmp/file/child", "content": "x" }),
+            "S216",
+            "fs i/o error: /tmp/file/child: Not a directory (os error 20)",
+            Value::Null,
+            None,
+        ),
+    ];
+    for (function, mut request, code, message, fix, note) in table {
+        request["sandbox_id"] = json!(id);
+        let err = h
+            .call(function, request.clone())
+            .await
+            .expect_err(&format!("{function} {request} fails with {code}"));
+        assert_s(&err, code, message, fix, note);
+    }
     h.finish().await;
 }
 
@@ -1648,27 +1605,7 @@ async fn shutdown_stops_every_sandbox_and_process() {
     let h = default_harness().await;
     let a = h.python().await;
     let b = h.python().await;
-    let marker = sleep_marker();
-    let running = {
-        let caller = h.caller.clone();
-        let a = a.clone();
-        let marker = marker.clone();
-        tokio::spawn(async move {
-            caller
-                .trigger(TriggerRequest {
-                    function_id: "sandbox::exec".into(),
-                    payload: json!({ "sandbox_id": a, "argv": ["sleep", marker] }),
-                    action: None,
-                    timeout_ms: Some(60_000),
-                })
-                .await
-        })
-    };
-    let started = wait_for(Duration::from_secs(10), || async {
-        !pids_with(&marker).is_empty()
-    })
-    .await;
-    assert!(started);
+    let (marker, running) = h.sleeping(&a).await;
     h.finish().await;
     assert_eq!(pids_with(&marker), Vec::<String>::new());
     assert!(!scratch_of(&a).exists());
@@ -1680,27 +1617,7 @@ async fn shutdown_stops_every_sandbox_and_process() {
 async fn dropping_the_double_without_shutdown_still_cleans_up() {
     let mut h = default_harness().await;
     let id = h.python().await;
-    let marker = sleep_marker();
-    let running = {
-        let caller = h.caller.clone();
-        let id = id.clone();
-        let marker = marker.clone();
-        tokio::spawn(async move {
-            caller
-                .trigger(TriggerRequest {
-                    function_id: "sandbox::exec".into(),
-                    payload: json!({ "sandbox_id": id, "argv": ["sleep", marker] }),
-                    action: None,
-                    timeout_ms: Some(60_000),
-                })
-                .await
-        })
-    };
-    let started = wait_for(Duration::from_secs(10), || async {
-        !pids_with(&marker).is_empty()
-    })
-    .await;
-    assert!(started);
+    let (marker, running) = h.sleeping(&id).await;
     drop(h.double.take());
     assert_eq!(pids_with(&marker), Vec::<String>::new());
     assert!(!scratch_of(&id).exists());

@@ -12,31 +12,18 @@
 //! that lists a case the mutant passes. It must report exactly the cases
 //! that should fail — no more, no fewer.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use code_runner_conformance::standin::stack::{Stack, StackOptions};
-use code_runner_conformance::suite::case::UrlVia;
-use code_runner_conformance::suite::env::{suite_limits, WorkerCommand, WorkerProcess};
+use code_runner_conformance::suite::draft::KNOWN_FUNCTIONS;
 use code_runner_conformance::suite::expectations::Verdict;
 use code_runner_conformance::suite::{run, Mode, SuiteOptions};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::runtime::FunctionRef;
 use iii_sdk::{IIIClient, RegisterFunction};
 use serde_json::{json, Value};
-
-const FUNCTIONS: [&str; 6] = [
-    "run",
-    "register_function",
-    "teardown",
-    "inject-guidance",
-    "on-config-change",
-    "ui-content",
-];
-
-fn worker() -> WorkerCommand {
-    WorkerCommand::default_beside_exe().expect("the worker binary")
-}
 
 async fn forward(
     client: IIIClient,
@@ -91,7 +78,7 @@ async fn start_mutant(url: &str) -> (IIIClient, Vec<FunctionRef>) {
         .await
         .expect("mutant connects");
     let mut refs = Vec::new();
-    for function in FUNCTIONS {
+    for function in KNOWN_FUNCTIONS {
         let info = client
             .trigger(TriggerRequest {
                 function_id: "engine::functions::info".into(),
@@ -131,27 +118,8 @@ async fn start_mutant(url: &str) -> (IIIClient, Vec<FunctionRef>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_suite_reports_exactly_the_broken_cases() {
-    let bench = Stack::start(StackOptions {
-        port: 0,
-        engine: None,
-        limits: suite_limits(),
-        ..StackOptions::default()
-    })
-    .await
-    .expect("bench starts");
+    let (bench, mut real) = common::stack_with_our_worker("mutant-test").await;
     let url = bench.url();
-    let probe = code_runner_conformance::standin::client::connect(&url, "mutant-test")
-        .await
-        .expect("client connects");
-    let mut real =
-        WorkerProcess::spawn(&worker(), &url, UrlVia::Flag, None).expect("worker starts");
-    let real_functions: Vec<String> = FUNCTIONS
-        .iter()
-        .map(|f| format!("sandbox-code-runner::{f}"))
-        .collect();
-    real.wait_ready(&probe, &real_functions)
-        .await
-        .expect("worker ready");
     let (mutant, refs) = start_mutant(&url).await;
 
     let dir = std::env::temp_dir().join(format!("suite-can-fail-{:08x}", rand::random::<u32>()));
@@ -280,7 +248,6 @@ async fn the_suite_reports_exactly_the_broken_cases() {
         f.unregister();
     }
     mutant.shutdown_async().await;
-    probe.shutdown_async().await;
     real.stop().await;
     bench.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);

@@ -5,13 +5,10 @@
 //! Gated on `III_BIN` (the path of an iii engine binary, e.g. 0.23.0-rc.4
 //! built from its public source); without it the test says why it skips.
 
-use code_runner_conformance::suite::env::WorkerCommand;
-use code_runner_conformance::suite::expectations::Verdict;
-use code_runner_conformance::suite::{run, Mode, SuiteOptions};
+mod common;
 
-fn worker() -> WorkerCommand {
-    WorkerCommand::default_beside_exe().expect("the worker binary")
-}
+use code_runner_conformance::suite::expectations::Verdict;
+use code_runner_conformance::suite::Mode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_case_runs_on_a_real_engine_binary() {
@@ -21,22 +18,11 @@ async fn every_case_runs_on_a_real_engine_binary() {
         );
         return;
     };
-    let mut options = SuiteOptions::new(
-        "sandbox-code-runner",
-        Mode::EngineBin {
-            bin: bin.into(),
-            worker_cmd: Some(worker()),
-        },
-    );
-    options.jobs = 4;
-    let report = run(options).await.expect("the suite runs");
-    eprint!("{}", report.summary_text());
-    let unexpected = report.unexpected_lines();
-    assert!(
-        unexpected.is_empty(),
-        "unexpected results:\n{}",
-        unexpected.join("\n")
-    );
+    let report = common::whole_suite_without_surprises(Mode::EngineBin {
+        bin: bin.into(),
+        worker_cmd: Some(common::our_worker()),
+    })
+    .await;
     let private_skips: Vec<&str> = report
         .cases
         .iter()

@@ -3,30 +3,16 @@
 //! unexpected result (a failure, a stale expectation, a closed-world
 //! violation) fails the test. The live schemas are insta snapshots too.
 
-use code_runner_conformance::suite::env::WorkerCommand;
-use code_runner_conformance::suite::{run, Mode, SuiteOptions};
+mod common;
 
-fn worker() -> WorkerCommand {
-    WorkerCommand::default_beside_exe().expect("the worker binary")
-}
+use code_runner_conformance::suite::Mode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_suite_passes_against_our_worker() {
-    let mut options = SuiteOptions::new(
-        "sandbox-code-runner",
-        Mode::Hermetic {
-            worker_cmd: Some(worker()),
-        },
-    );
-    options.jobs = 4;
-    let report = run(options).await.expect("the suite runs");
-    eprint!("{}", report.summary_text());
-    let unexpected = report.unexpected_lines();
-    assert!(
-        unexpected.is_empty(),
-        "unexpected results:\n{}",
-        unexpected.join("\n")
-    );
+    let report = common::whole_suite_without_surprises(Mode::Hermetic {
+        worker_cmd: Some(common::our_worker()),
+    })
+    .await;
     assert!(report.closed_world.is_empty(), "{:?}", report.closed_world);
     assert!(report.summary.passed >= 100, "{:?}", report.summary);
     assert_eq!(

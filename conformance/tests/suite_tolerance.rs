@@ -6,51 +6,14 @@
 //! - `profile` (the draft) against this workspace's worker on the bench
 //!   loads as a target and states what the worker shows.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use code_runner_conformance::standin::stack::{Stack, StackOptions};
-use code_runner_conformance::suite::case::UrlVia;
-use code_runner_conformance::suite::env::{suite_limits, WorkerCommand, WorkerProcess};
+use code_runner_conformance::suite::draft::KNOWN_FUNCTIONS;
 use code_runner_conformance::suite::expectations::Verdict;
 use code_runner_conformance::suite::target::Target;
 use code_runner_conformance::suite::{draft, run, Golden, Mode, SuiteOptions};
-
-const FUNCTIONS: [&str; 6] = [
-    "run",
-    "register_function",
-    "teardown",
-    "inject-guidance",
-    "on-config-change",
-    "ui-content",
-];
-
-fn worker() -> WorkerCommand {
-    WorkerCommand::default_beside_exe().expect("the worker binary")
-}
-
-/// The bench with our worker connected; returns its URL.
-async fn stack() -> (Stack, WorkerProcess) {
-    let bench = Stack::start(StackOptions {
-        port: 0,
-        engine: None,
-        limits: suite_limits(),
-        ..StackOptions::default()
-    })
-    .await
-    .expect("bench starts");
-    let url = bench.url();
-    let probe = code_runner_conformance::standin::client::connect(&url, "tolerance-test")
-        .await
-        .expect("client connects");
-    let mut w = WorkerProcess::spawn(&worker(), &url, UrlVia::Flag, None).expect("worker starts");
-    let ids: Vec<String> = FUNCTIONS
-        .iter()
-        .map(|f| format!("sandbox-code-runner::{f}"))
-        .collect();
-    w.wait_ready(&probe, &ids).await.expect("worker ready");
-    probe.shutdown_async().await;
-    (bench, w)
-}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -101,7 +64,7 @@ fn ghost_golden() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_the_worker_does_not_publish_fails_only_the_cases_needing_it() {
-    let (bench, mut w) = stack().await;
+    let (bench, mut w) = common::stack_with_our_worker("tolerance-test").await;
     let golden = ghost_golden();
     let mut options = SuiteOptions::new("ghost", Mode::Live { url: bench.url() });
     options.golden = Some(golden.clone());
@@ -153,14 +116,14 @@ async fn a_function_the_worker_does_not_publish_fails_only_the_cases_needing_it(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draft_profile_of_a_live_worker_loads_and_states_what_it_shows() {
-    let (bench, mut w) = stack().await;
+    let (bench, mut w) = common::stack_with_our_worker("tolerance-test").await;
     let text = draft::draft(&bench.url(), "sandbox-code-runner", Some("draft"), None)
         .await
         .expect("the draft is written");
     let t: Target = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(t.name, "draft");
     assert_eq!(t.prefix, "sandbox-code-runner");
-    for f in FUNCTIONS {
+    for f in KNOWN_FUNCTIONS {
         assert!(
             t.functions.iter().any(|x| x == f),
             "{f} in {:?}",

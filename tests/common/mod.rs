@@ -183,6 +183,18 @@ impl Harness {
         self.call("sandbox-code-runner::run", payload).await
     }
 
+    /// A kept python run of `print(1)`: its `runtime_id`.
+    pub async fn kept(&self) -> String {
+        let out = self
+            .run(serde_json::json!({"lang": "python", "code": "print(1)", "keep": true}))
+            .await
+            .expect("a kept run");
+        out["runtime_id"]
+            .as_str()
+            .expect("a runtime_id")
+            .to_string()
+    }
+
     /// Live sandboxes in the daemon double.
     pub fn live_sandboxes(&self) -> usize {
         self.bench

@@ -6,65 +6,26 @@
  * Env: SCR_UI_DIST (a directory holding cards.js and cards.css; default: a
  * fresh build of ui/src), SCR_UI_SCREENSHOT (default target/ui-screenshot.png).
  */
-import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { chromium, type Browser, type Page } from "playwright-core";
-import { startServer } from "../harness/serve.mjs";
+import { mkdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { describe, expect, inject, it } from "vitest";
+import type { Browser } from "playwright-core";
 import { FULL_ID, assertNoLeak, loadFixtures } from "../test/fixtures";
+import { REPO, useStage, watchedPage } from "./stage";
 
-const UI = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const REPO = resolve(UI, "..");
 const SCREENSHOT = process.env.SCR_UI_SCREENSHOT ?? join(REPO, "target", "ui-screenshot.png");
-const FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
 const executable = inject("chromium");
 const skipReason = inject("chromiumSkipReason");
 const fixtures = loadFixtures();
 
 describe.skipIf(!executable)(`harness page in Chromium${executable ? "" : ` (skipped: ${skipReason})`}`, () => {
-  let browser: Browser;
-  let server: { url: string; close(): Promise<void> };
-  let scratch: string | null = null;
+  const stage = useStage(executable as string);
 
-  beforeAll(async () => {
-    let dist = process.env.SCR_UI_DIST;
-    if (!dist) {
-      scratch = mkdtempSync(join(tmpdir(), "scr-ui-dist-"));
-      execFileSync(process.execPath, [join(UI, "build.mjs"), `--outdir=${scratch}`], { stdio: "inherit" });
-      dist = scratch;
-    }
-    server = await startServer({ dist });
-    browser = await chromium.launch({ executablePath: executable as string, args: FLAGS, timeout: 60_000 });
-  });
-
-  afterAll(async () => {
-    await browser?.close();
-    await server?.close();
-    if (scratch) rmSync(scratch, { recursive: true, force: true });
-  });
-
-  async function open(options: Parameters<Browser["newPage"]>[0] = {}): Promise<{ page: Page; problems: string[] }> {
-    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, colorScheme: "light", ...options });
-    const problems: string[] = [];
-    page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-    page.on("console", (m) => {
-      if (m.type() === "error") problems.push(`console: ${m.text()}`);
-    });
+  async function open(options: Parameters<Browser["newPage"]>[0] = {}) {
+    const { page, problems } = await watchedPage(stage.browser, options);
     page.on("requestfailed", (r) => problems.push(`requestfailed: ${r.url()}`));
-    await page.goto(`${server.url}/harness/index.html`);
+    await page.goto(`${stage.url}/harness/index.html`);
     await page.waitForSelector('body[data-ready="true"]', { timeout: 30_000 });
     problems.push(...(await page.evaluate(() => (window as unknown as { __harnessErrors: string[] }).__harnessErrors)));
     return { page, problems };

@@ -9,21 +9,15 @@
  * (a list_runtimes answer as JSON), SCR_UI_PAGE_SCREENSHOT (default
  * target/ui-page-screenshot.png).
  */
-import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { chromium, type Browser, type Page } from "playwright-core";
-import { startServer } from "../harness/serve.mjs";
+import { mkdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { describe, expect, inject, it } from "vitest";
 import { GROUPS_PER_PAGE, ROWS_PER_PAGE, type Inventory, type RuntimeEntry } from "../src/page";
+import type { Page } from "playwright-core";
+import { FULL_ID } from "../test/fixtures";
+import { REPO, useStage, watchedPage } from "./stage";
 
-const UI = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const REPO = resolve(UI, "..");
 const SCREENSHOT = process.env.SCR_UI_PAGE_SCREENSHOT ?? join(REPO, "target", "ui-page-screenshot.png");
-const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-const FULL_ID = /rt-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/i;
 
 const executable = inject("chromium");
 const skipReason = inject("chromiumSkipReason");
@@ -64,35 +58,11 @@ function inventory(): Inventory {
 }
 
 describe.skipIf(!executable)(`runtimes page in Chromium${executable ? "" : ` (skipped: ${skipReason})`}`, () => {
-  let browser: Browser;
-  let server: { url: string; close(): Promise<void> };
-  let scratch: string | null = null;
+  const stage = useStage(executable as string);
 
-  beforeAll(async () => {
-    let dist = process.env.SCR_UI_DIST;
-    if (!dist) {
-      scratch = mkdtempSync(join(tmpdir(), "scr-ui-dist-"));
-      execFileSync(process.execPath, [join(UI, "build.mjs"), `--outdir=${scratch}`], { stdio: "inherit" });
-      dist = scratch;
-    }
-    server = await startServer({ dist });
-    browser = await chromium.launch({ executablePath: executable as string, args: FLAGS, timeout: 60_000 });
-  });
-
-  afterAll(async () => {
-    await browser?.close();
-    await server?.close();
-    if (scratch) rmSync(scratch, { recursive: true, force: true });
-  });
-
-  async function open(inv: Inventory): Promise<{ page: Page; problems: string[] }> {
-    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, colorScheme: "light" });
-    const problems: string[] = [];
-    page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`));
-    page.on("console", (m) => {
-      if (m.type() === "error") problems.push(`console: ${m.text()}`);
-    });
-    await page.goto(`${server.url}/harness/page.html`);
+  async function open(inv: Inventory) {
+    const { page, problems } = await watchedPage(stage.browser);
+    await page.goto(`${stage.url}/harness/page.html`);
     await page.waitForSelector('body[data-ready="true"]', { timeout: 30_000 });
     await page.evaluate((i) => (window as unknown as { startPage(i: unknown): void }).startPage(i), inv);
     await page.waitForSelector('.scr-pg[data-loading="false"] [data-role="summary"]', { timeout: 30_000 });

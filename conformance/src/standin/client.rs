@@ -43,22 +43,16 @@ pub async fn connect_named(url: &str, name: &str) -> Result<IIIClient, iii_sdk::
 
 /// Waits until the engine routes `function_id` (its owner named itself).
 pub async fn wait_routable(client: &IIIClient, function_id: &str, deadline: Duration) -> bool {
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        let r = client
+    super::wait::until(deadline, || async {
+        client
             .trigger(TriggerRequest {
                 function_id: "engine::functions::info".into(),
                 payload: json!({ "function_id": function_id }),
                 action: None,
                 timeout_ms: Some(2_000),
             })
-            .await;
-        if r.is_ok() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .await
+            .is_ok()
+    })
+    .await
 }

@@ -46,7 +46,7 @@ type Shared = Arc<Mutex<Store>>;
 
 /// Why the double could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigDoubleError {
+pub(crate) enum ConfigDoubleError {
     #[error("cannot use the configuration directory {path}: {source}")]
     Dir {
         path: String,
@@ -58,7 +58,7 @@ pub enum ConfigDoubleError {
 }
 
 /// A running configuration-worker double.
-pub struct ConfigDouble {
+pub(crate) struct ConfigDouble {
     client: IIIClient,
 }
 
@@ -208,7 +208,10 @@ fn fan_out(client: &IIIClient, store: &Shared, event_type: &str, entry: &Entry, 
 
 impl ConfigDouble {
     /// Connects as the worker `configuration`, persisting under `dir`.
-    pub async fn start(engine_url: &str, dir: &Path) -> Result<ConfigDouble, ConfigDoubleError> {
+    pub(crate) async fn start(
+        engine_url: &str,
+        dir: &Path,
+    ) -> Result<ConfigDouble, ConfigDoubleError> {
         std::fs::create_dir_all(dir).map_err(|source| ConfigDoubleError::Dir {
             path: dir.display().to_string(),
             source,
@@ -374,7 +377,7 @@ impl ConfigDouble {
     }
 
     /// Disconnects; its functions vanish from the engine.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.client.shutdown_async().await;
     }
 }

@@ -67,7 +67,7 @@ const INFO_BATCH_MAX: usize = 32;
 
 /// The engine release this module stands in for (`fixtures/transcripts`
 /// were recorded on it); its in-process workers report it as their version.
-pub const ENGINE_VERSION: &str = "0.23.0-rc.4";
+pub(crate) const ENGINE_VERSION: &str = "0.23.0-rc.4";
 
 /// Trigger types the engine itself declares (its `iii-engine-functions`
 /// worker). Bindings to them are live at once; `engine::triggers::list` hides
@@ -244,23 +244,6 @@ impl StandInEngine {
         let mut names: Vec<String> = st.workers.values().filter_map(|w| w.name.clone()).collect();
         names.sort();
         names
-    }
-
-    /// Declares trigger type `id` on behalf of a worker the bench does not run
-    /// (a console, an agent harness), the way the engine's own types are
-    /// declared: bindings to it become live, so they are listed by
-    /// `engine::registered-triggers::list` and `engine::functions::info` as on
-    /// an engine where that worker is connected. Nothing ever fires it. A
-    /// binding to a type nobody declared stays pending and unlisted, as on the
-    /// real engine.
-    pub fn declare_trigger_type(&self, id: &str, description: &str) {
-        lock(&self.state).trigger_types.insert(
-            id.to_string(),
-            TriggerType {
-                owner: None,
-                description: description.to_string(),
-            },
-        );
     }
 
     /// Stops accepting and closes every socket.

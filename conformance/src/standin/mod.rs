@@ -2,8 +2,9 @@
 //! a config double, and the [`stack::Stack`] that assembles them in one
 //! process. Nothing here knows golden cases; the suite runs against it.
 pub mod client;
-pub mod config_double;
+pub(crate) mod config_double;
 pub mod engine;
+pub mod host;
 pub mod sandbox_double;
 pub mod stack;
 pub mod wait;

@@ -11,23 +11,23 @@ use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 
 /// The host-only address of the stand-in's main listener: the double's
 /// sandbox gateway, like the real one, reaches only the host's 127.0.0.1.
-pub const MAIN_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
+pub(crate) const MAIN_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
 
 /// The guest listener's auth function of a worker with function prefix
 /// `prefix`, by the convention `sandbox-code-runner guest-listener-config`
 /// prints: `<prefix>::guest-auth`.
-pub fn guest_auth_function(prefix: &str) -> String {
+pub(crate) fn guest_auth_function(prefix: &str) -> String {
     format!("{prefix}::guest-auth")
 }
 
 /// The guest listener's registration hook: `<prefix>::guest-register`.
-pub fn guest_register_hook(prefix: &str) -> String {
+pub(crate) fn guest_register_hook(prefix: &str) -> String {
     format!("{prefix}::guest-register")
 }
 
 /// The RBAC block of a guest listener gated by the worker with function
 /// prefix `prefix`, as its `guest-listener-config` prints it.
-pub fn guest_rbac(prefix: &str) -> RbacConfig {
+pub(crate) fn guest_rbac(prefix: &str) -> RbacConfig {
     RbacConfig {
         auth_function_id: Some(guest_auth_function(prefix)),
         on_function_registration_function_id: Some(guest_register_hook(prefix)),
@@ -77,36 +77,36 @@ pub struct Stack {
 
 /// What a [`Stack`] started, for a holder that tears each part down in its
 /// own order (the suite's private environments).
-pub struct StackParts {
-    pub engine: Option<StandInEngine>,
-    pub url: String,
-    pub sandbox: Option<SandboxDouble>,
-    pub configuration: Option<ConfigDouble>,
+pub(crate) struct StackParts {
+    pub(crate) engine: Option<StandInEngine>,
+    pub(crate) url: String,
+    pub(crate) sandbox: Option<SandboxDouble>,
+    pub(crate) configuration: Option<ConfigDouble>,
 }
 
 /// Where the stand-in's listeners go.
 #[derive(Debug, Clone)]
-pub struct ListenerLayout {
+pub(crate) struct ListenerLayout {
     /// The main listener's host (its port is `StackOptions::port`).
-    pub main_host: std::net::Ipv4Addr,
+    pub(crate) main_host: std::net::Ipv4Addr,
     /// The RBAC guest listener on 127.0.0.1, if any.
-    pub guest: Option<GuestGate>,
+    pub(crate) guest: Option<GuestGate>,
 }
 
 /// A guest listener on 127.0.0.1, gated by a worker's auth function.
 #[derive(Debug, Clone)]
-pub struct GuestGate {
+pub(crate) struct GuestGate {
     /// Its port (0 = any).
-    pub port: u16,
+    pub(crate) port: u16,
     /// The function prefix of the worker whose `guest-auth` gates it.
-    pub prefix: String,
+    pub(crate) prefix: String,
 }
 
 impl ListenerLayout {
     /// Main on the host-only 127.0.0.2, guests on a 127.0.0.1 listener
     /// gated by `prefix`'s auth function: the layout
     /// `sandbox-code-runner guest-listener-config` recommends.
-    pub fn guarded(prefix: &str, guest_port: u16) -> ListenerLayout {
+    pub(crate) fn guarded(prefix: &str, guest_port: u16) -> ListenerLayout {
         ListenerLayout {
             main_host: MAIN_HOST,
             guest: Some(GuestGate {
@@ -119,7 +119,7 @@ impl ListenerLayout {
     /// One main listener on 127.0.0.1, which guests reach through the
     /// sandbox gateway: the engine's default, for workers that do not gate
     /// their guests (their profile declares no `guest_listener`).
-    pub fn open() -> ListenerLayout {
+    pub(crate) fn open() -> ListenerLayout {
         ListenerLayout {
             main_host: std::net::Ipv4Addr::LOCALHOST,
             guest: None,
@@ -141,7 +141,7 @@ impl Stack {
     }
 
     /// Starts with the stand-in's listeners where `layout` says.
-    pub async fn start_with_layout(
+    pub(crate) async fn start_with_layout(
         options: StackOptions,
         layout: ListenerLayout,
     ) -> Result<Stack, StackError> {
@@ -226,7 +226,7 @@ impl Stack {
     }
 
     /// What was started, for a holder that stops each part itself.
-    pub fn into_parts(self) -> StackParts {
+    pub(crate) fn into_parts(self) -> StackParts {
         StackParts {
             engine: self.engine,
             url: self.url,

@@ -22,6 +22,7 @@
 //! `call` (any function id), `action` (environment control or a probe) or
 //! `parallel` (branches of steps run concurrently).
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -54,9 +55,7 @@ pub enum Level {
 }
 
 impl Level {
-    pub const ALL: [Level; 3] = [Level::Contract, Level::Recommended, Level::Profile];
-
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Level::Contract => "contract",
             Level::Recommended => "recommended",
@@ -73,7 +72,7 @@ impl std::fmt::Display for Level {
 
 /// Whether `source` quotes a seed sentence: `seed-000 <where>: "<verbatim>"`
 /// (or `seed-001`), the quote at least a few words long.
-pub fn quotes_seed(source: &str) -> bool {
+pub(crate) fn quotes_seed(source: &str) -> bool {
     let Some(rest) = source
         .strip_prefix("seed-000")
         .or_else(|| source.strip_prefix("seed-001"))
@@ -92,28 +91,30 @@ pub fn quotes_seed(source: &str) -> bool {
 pub struct Case {
     pub id: String,
     /// Suite version that introduced the case (`x.y.z`).
-    pub since: String,
+    pub(crate) since: String,
     /// How binding the behaviour is; required.
     pub level: Level,
+    /// One line for the reader of the case file.
     #[serde(default)]
-    pub summary: String,
+    #[expect(dead_code, reason = "part of the case format, for its reader")]
+    pub(crate) summary: String,
     /// Where the behaviour is promised (seed section, contract heading).
     #[serde(default)]
     pub sources: Vec<String>,
     /// Profile features the target must have: `name`, `!name`, `name=value`.
     #[serde(default)]
-    pub requires: Vec<String>,
+    pub(crate) requires: Vec<String>,
     /// A private environment (hermetic mode only): its own engine, daemon
     /// double and worker process, configured as stated.
     #[serde(default)]
-    pub environment: Option<EnvSpec>,
+    pub(crate) environment: Option<EnvSpec>,
     /// Long-running: scheduled first so it overlaps the rest.
     #[serde(default)]
-    pub slow: bool,
-    pub steps: Vec<Step>,
+    pub(crate) slow: bool,
+    pub(crate) steps: Vec<Step>,
     /// Steps that run after `steps`, whatever happened; failures are notes.
     #[serde(default)]
-    pub cleanup: Vec<Step>,
+    pub(crate) cleanup: Vec<Step>,
     #[serde(skip)]
     pub file: PathBuf,
 }
@@ -121,33 +122,33 @@ pub struct Case {
 /// A private environment of one case.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct EnvSpec {
+pub(crate) struct EnvSpec {
     /// Worker configuration (a mapping, written as the `--config` YAML).
     #[serde(default)]
-    pub worker_config: Option<Value>,
+    pub(crate) worker_config: Option<Value>,
     /// Worker configuration as literal file text (for invalid configs).
     #[serde(default)]
-    pub worker_config_raw: Option<String>,
+    pub(crate) worker_config_raw: Option<String>,
     /// Whether iii-sandbox is connected when the worker boots.
     #[serde(default = "yes")]
-    pub sandbox: bool,
+    pub(crate) sandbox: bool,
     /// Limits of the daemon double.
     #[serde(default)]
-    pub sandbox_limits: Option<LimitsSpec>,
+    pub(crate) sandbox_limits: Option<LimitsSpec>,
     /// How the worker learns the engine URL.
     #[serde(default)]
-    pub url_via: UrlVia,
+    pub(crate) url_via: UrlVia,
     /// `ready` (default): wait until the target's functions are listed.
     /// `exit`: the worker is expected to refuse to boot; steps observe it.
     #[serde(default)]
-    pub boot: Boot,
+    pub(crate) boot: Boot,
     /// Start a configuration worker (the bench's double) before the worker
     /// boots, so its entry and hot-apply trigger are live.
     #[serde(default)]
-    pub configuration_worker: bool,
+    pub(crate) configuration_worker: bool,
     /// The case needs an engine with no configuration worker (never a real one).
     #[serde(default)]
-    pub without_configuration_worker: bool,
+    pub(crate) without_configuration_worker: bool,
 }
 
 fn yes() -> bool {
@@ -157,10 +158,10 @@ fn yes() -> bool {
 /// Daemon-double limits a case may set (others keep the bench defaults).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct LimitsSpec {
-    pub max_concurrent_sandboxes: Option<usize>,
-    pub reaper_interval_ms: Option<u64>,
-    pub default_idle_timeout_secs: Option<u64>,
+pub(crate) struct LimitsSpec {
+    pub(crate) max_concurrent_sandboxes: Option<usize>,
+    pub(crate) reaper_interval_ms: Option<u64>,
+    pub(crate) default_idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -177,7 +178,7 @@ pub enum UrlVia {
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum Boot {
+pub(crate) enum Boot {
     #[default]
     Ready,
     Exit,
@@ -186,49 +187,49 @@ pub enum Boot {
 /// One step.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Step {
+pub(crate) struct Step {
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// A target function by suffix: `run` → `<prefix>::run`.
     #[serde(default)]
-    pub trigger: Option<String>,
+    pub(crate) trigger: Option<String>,
     /// Any function id (placeholders allowed), e.g. `${ns}::double`.
     #[serde(default)]
-    pub call: Option<String>,
+    pub(crate) call: Option<String>,
     #[serde(default)]
-    pub action: Option<Action>,
+    pub(crate) action: Option<Action>,
     #[serde(default)]
-    pub parallel: Option<Vec<Vec<Step>>>,
+    pub(crate) parallel: Option<Vec<Vec<Step>>>,
     #[serde(default, deserialize_with = "present")]
-    pub payload: Option<Value>,
+    pub(crate) payload: Option<Value>,
     /// Client-side deadline of the call (default 60 s).
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// What must come back; omitted means "any successful response".
     #[serde(default)]
-    pub expect: Option<Expect>,
+    pub(crate) expect: Option<Expect>,
     /// `name: /json/pointer` into the response (or action output).
     #[serde(default)]
-    pub capture: BTreeMap<String, String>,
+    pub(crate) capture: BTreeMap<String, String>,
     /// The step must complete within this many milliseconds.
     #[serde(default)]
-    pub within_ms: Option<u64>,
+    pub(crate) within_ms: Option<u64>,
     /// The step must take at least this many milliseconds.
     #[serde(default)]
-    pub after_ms: Option<u64>,
+    pub(crate) after_ms: Option<u64>,
     /// Retry the step until it holds or this many milliseconds pass.
     #[serde(default)]
-    pub eventually_ms: Option<u64>,
+    pub(crate) eventually_ms: Option<u64>,
     /// Run the step this many times in a row, with `${i}` = 0, 1, …
     #[serde(default)]
-    pub repeat: Option<u32>,
+    pub(crate) repeat: Option<u32>,
 }
 
 /// Environment control and probes. Each yields a JSON value that `expect`
 /// and `capture` work on like a response.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Action {
+pub(crate) enum Action {
     /// Finds the live sandbox holding `file` (through `sandbox::list` and
     /// `sandbox::fs::read`): `{found, sandbox_id?}`.
     LocateSandbox { file: String },
@@ -264,7 +265,7 @@ pub enum Action {
 
 impl Action {
     /// Whether the action needs a private (hermetic) environment.
-    pub fn needs_private_env(&self) -> bool {
+    pub(crate) fn needs_private_env(&self) -> bool {
         !matches!(
             self,
             Action::LocateSandbox { .. }
@@ -284,22 +285,22 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 /// What a step expects.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Expect {
+pub(crate) struct Expect {
     /// A successful response matching this matcher (`null` included).
     #[serde(default, deserialize_with = "present")]
-    pub response: Option<Value>,
+    pub(crate) response: Option<Value>,
     /// A target error: the short code (`invalid_request`), in either envelope.
     #[serde(default)]
-    pub error: Option<ErrorExpect>,
+    pub(crate) error: Option<ErrorExpect>,
     /// An engine error code, verbatim (`function_not_found`, `NOT_FOUND`).
     #[serde(default)]
-    pub engine_error: Option<String>,
+    pub(crate) engine_error: Option<String>,
 }
 
 /// An expected target error.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum ErrorExpect {
+pub(crate) enum ErrorExpect {
     Code(String),
     Detailed {
         code: String,
@@ -320,35 +321,35 @@ pub enum ErrorExpect {
 }
 
 impl ErrorExpect {
-    pub fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         match self {
             ErrorExpect::Code(c) => c,
             ErrorExpect::Detailed { code, .. } => code,
         }
     }
 
-    pub fn message_has(&self) -> &[String] {
+    pub(crate) fn message_has(&self) -> &[String] {
         match self {
             ErrorExpect::Code(_) => &[],
             ErrorExpect::Detailed { message_has, .. } => message_has,
         }
     }
 
-    pub fn message_lacks(&self) -> &[String] {
+    pub(crate) fn message_lacks(&self) -> &[String] {
         match self {
             ErrorExpect::Code(_) => &[],
             ErrorExpect::Detailed { message_lacks, .. } => message_lacks,
         }
     }
 
-    pub fn envelope(&self) -> Option<super::errors::Envelope> {
+    pub(crate) fn envelope(&self) -> Option<super::errors::Envelope> {
         match self {
             ErrorExpect::Code(_) => None,
             ErrorExpect::Detailed { envelope, .. } => *envelope,
         }
     }
 
-    pub fn message_starts_with_code(&self) -> bool {
+    pub(crate) fn message_starts_with_code(&self) -> bool {
         match self {
             ErrorExpect::Code(_) => false,
             ErrorExpect::Detailed {
@@ -359,22 +360,9 @@ impl ErrorExpect {
     }
 }
 
-/// Why the cases could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum CaseError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 impl Step {
     /// A label for reports: the name, else the function or action.
-    pub fn label(&self, index: usize) -> String {
+    pub(crate) fn label(&self, index: usize) -> String {
         let what = if let Some(t) = &self.trigger {
             format!("trigger {t}")
         } else if let Some(c) = &self.call {
@@ -391,7 +379,7 @@ impl Step {
     }
 
     /// Every step, this one and nested ones.
-    pub fn walk<'a>(&'a self, out: &mut Vec<&'a Step>) {
+    pub(crate) fn walk<'a>(&'a self, out: &mut Vec<&'a Step>) {
         out.push(self);
         if let Some(branches) = &self.parallel {
             for b in branches {
@@ -403,7 +391,7 @@ impl Step {
     }
 }
 
-pub fn action_name(a: &Action) -> &'static str {
+pub(crate) fn action_name(a: &Action) -> &'static str {
     match a {
         Action::LocateSandbox { .. } => "locate_sandbox",
         Action::RegisterForeign { .. } => "register_foreign",
@@ -420,7 +408,7 @@ pub fn action_name(a: &Action) -> &'static str {
 
 impl Case {
     /// Every step of `steps` (nested included), not cleanup.
-    pub fn all_steps(&self) -> Vec<&Step> {
+    pub(crate) fn all_steps(&self) -> Vec<&Step> {
         let mut out = Vec::new();
         for s in &self.steps {
             s.walk(&mut out);
@@ -429,17 +417,12 @@ impl Case {
     }
 
     /// Short error codes this case expects a target to produce.
-    pub fn expected_codes(&self) -> BTreeSet<String> {
+    pub(crate) fn expected_codes(&self) -> BTreeSet<String> {
         self.all_steps()
             .iter()
             .filter_map(|s| s.expect.as_ref()?.error.as_ref())
             .map(|e| e.code().to_string())
             .collect()
-    }
-
-    /// The group a case belongs to: its id up to the first dot.
-    pub fn group(&self) -> &str {
-        self.id.split('.').next().unwrap_or(&self.id)
     }
 
     /// Checks what can be checked without a target.
@@ -515,7 +498,7 @@ impl Case {
 }
 
 /// `x.y.z` → a comparable tuple.
-pub fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
     let mut it = s.split('.').map(|p| p.parse::<u64>().ok());
     let v = (it.next()??, it.next()??, it.next()??);
     if it.next().is_some() {
@@ -525,8 +508,8 @@ pub fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
 }
 
 /// Loads every `*.yaml`, `*.yml` and `*.json` under `dir`, sorted by id.
-pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| CaseError::Read {
+pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Read {
         path: dir.display().to_string(),
         source,
     })?;
@@ -543,11 +526,11 @@ pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, CaseErro
     let mut cases = Vec::new();
     let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| CaseError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        let invalid = |message: String| CaseError::Invalid {
+        let invalid = |message: String| LoadError::Invalid {
             path: path.display().to_string(),
             message,
         };

@@ -17,67 +17,67 @@ use crate::suite::report::LevelGate;
 pub struct RunArgs {
     /// Start the bench in-process and spawn the worker (`--worker-cmd`).
     #[arg(long)]
-    pub hermetic: bool,
+    pub(crate) hermetic: bool,
     /// A live engine (`ws://host:port`) where the target is already connected.
     #[arg(long, value_name = "URL")]
-    pub engine: Option<String>,
+    pub(crate) engine: Option<String>,
     /// Start a real iii engine from this container image (testcontainers;
     /// skipped, with the reason printed, when no Docker daemon answers).
     #[arg(long, value_name = "IMAGE")]
-    pub engine_image: Option<String>,
+    pub(crate) engine_image: Option<String>,
     /// Like --hermetic, but the engine of every environment (private ones
     /// included) is this real iii binary, started with a minimal config on a
     /// free loopback port, the sandbox double attached.
     #[arg(long, value_name = "PATH")]
-    pub engine_bin: Option<PathBuf>,
+    pub(crate) engine_bin: Option<PathBuf>,
     /// The engine's port inside the container.
     #[arg(long, default_value_t = DEFAULT_ENGINE_PORT)]
-    pub engine_image_port: u16,
+    pub(crate) engine_image_port: u16,
     /// The worker to spawn (hermetic, engine-bin and engine-image modes); `--url` (and
     /// `--config` for cases that configure it) are appended. Default: this
     /// workspace's `target/<profile>/sandbox-code-runner`, next to this binary.
     #[arg(long, value_name = "COMMAND")]
-    pub worker_cmd: Option<String>,
+    pub(crate) worker_cmd: Option<String>,
     /// Target profile: `golden/targets/<name>.yaml`.
     #[arg(long, default_value = "sandbox-code-runner")]
-    pub target: String,
+    pub(crate) target: String,
     /// Function prefix, when it differs from the target's (a fork).
     #[arg(long)]
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
     /// Only cases whose id matches a glob (`*`, `?`); repeatable or comma-separated.
     #[arg(long, value_name = "GLOB")]
-    pub filter: Vec<String>,
+    pub(crate) filter: Vec<String>,
     /// Cases run concurrently.
     #[arg(long, short = 'j', default_value_t = 4)]
-    pub jobs: usize,
+    pub(crate) jobs: usize,
     /// Write the JSON report here.
     #[arg(long, value_name = "PATH")]
-    pub report_json: Option<PathBuf>,
+    pub(crate) report_json: Option<PathBuf>,
     /// Write a JUnit XML report here.
     #[arg(long, value_name = "PATH")]
-    pub junit: Option<PathBuf>,
+    pub(crate) junit: Option<PathBuf>,
     /// The golden directory (default: this workspace's `golden/`).
     #[arg(long, value_name = "DIR", env = "CODE_RUNNER_CONFORMANCE_GOLDEN")]
-    pub golden: Option<PathBuf>,
+    pub(crate) golden: Option<PathBuf>,
     /// Expectations file (default: `golden/expectations/<target>.yaml`).
     #[arg(long, value_name = "PATH")]
-    pub expectations: Option<PathBuf>,
+    pub(crate) expectations: Option<PathBuf>,
     /// Write the live schemas as `golden/schemas/<target>/*.json` instead of
     /// comparing (review the diff before committing).
     #[arg(long)]
-    pub bless_schemas: bool,
+    pub(crate) bless_schemas: bool,
     /// No per-case progress lines.
     #[arg(long)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
     /// Which levels' failures fail the run: `contract`, `recommended`
     /// (contract and recommended), or `all`. Every result is reported.
     #[arg(long, value_enum, default_value_t = LevelGate::All)]
-    pub level: LevelGate,
+    pub(crate) level: LevelGate,
 }
 
 impl RunArgs {
     /// The options these arguments describe.
-    pub fn options(&self) -> Result<SuiteOptions, SuiteError> {
+    pub(crate) fn options(&self) -> Result<SuiteOptions, SuiteError> {
         let worker_cmd = self
             .worker_cmd
             .as_deref()
@@ -115,7 +115,7 @@ impl RunArgs {
 }
 
 /// Runs the suite; the exit code is non-zero on any unexpected result.
-pub async fn run(args: RunArgs) -> ExitCode {
+pub(crate) async fn run(args: RunArgs) -> ExitCode {
     let options = match args.options() {
         Ok(o) => o,
         Err(e) => {
@@ -167,15 +167,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
 #[derive(clap::Args, Debug, Clone)]
 pub struct CompatArgs {
     /// The target a caller was written against.
-    pub target_a: String,
+    pub(crate) target_a: String,
     /// The target it would move to.
-    pub target_b: String,
+    pub(crate) target_b: String,
     /// The golden directory (default: this workspace's `golden/`).
     #[arg(long, value_name = "DIR", env = "CODE_RUNNER_CONFORMANCE_GOLDEN")]
-    pub golden: Option<PathBuf>,
+    pub(crate) golden: Option<PathBuf>,
     /// Print the diff as JSON instead of text.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// The wire diff between two targets' golden schemas.
@@ -190,7 +190,7 @@ pub fn compat_report(
     Ok(schema::compat(a, &sa, b, &sb))
 }
 
-pub fn compat(args: CompatArgs) -> ExitCode {
+pub(crate) fn compat(args: CompatArgs) -> ExitCode {
     match compat_report(args.golden.clone(), &args.target_a, &args.target_b) {
         Ok(r) => {
             if args.json {

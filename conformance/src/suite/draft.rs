@@ -26,20 +26,21 @@ use super::{Golden, SuiteError};
 pub struct ProfileArgs {
     /// The engine the worker is connected to (`ws://host:port`).
     #[arg(long, value_name = "URL")]
-    pub engine: String,
+    pub(crate) engine: String,
     /// The worker's function prefix (`<prefix>::run`).
     #[arg(long, value_name = "PREFIX")]
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// The profile's name (default: the prefix).
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The golden directory whose targets name the known features.
     #[arg(long, value_name = "DIR", env = "CODE_RUNNER_CONFORMANCE_GOLDEN")]
-    pub golden: Option<PathBuf>,
+    pub(crate) golden: Option<PathBuf>,
 }
 
-/// The functions a code-runner-compatible worker may publish.
-const KNOWN_FUNCTIONS: [&str; 6] = [
+/// The functions a code-runner-compatible worker may publish (after its
+/// `<prefix>::`): the one list the draft and the tests read.
+pub const KNOWN_FUNCTIONS: [&str; 6] = [
     "run",
     "register_function",
     "teardown",
@@ -155,15 +156,15 @@ const SEED_DEFAULTS: &[(&str, &str, &str)] = &[
 
 /// What the draft is made from.
 #[derive(Debug, Clone)]
-pub struct Observation {
-    pub published: Published,
-    pub envelope: EnvelopeProbe,
+pub(crate) struct Observation {
+    pub(crate) published: Published,
+    pub(crate) envelope: EnvelopeProbe,
     /// Function suffix → its `engine::functions::info` entry.
-    pub entries: Vec<(String, Value)>,
+    pub(crate) entries: Vec<(String, Value)>,
 }
 
 /// Looks at the worker behind `prefix` on a connected client.
-pub async fn observe(client: &IIIClient, prefix: &str) -> Result<Observation, SuiteError> {
+pub(crate) async fn observe(client: &IIIClient, prefix: &str) -> Result<Observation, SuiteError> {
     let listed = published::listed_under(client, prefix)
         .await
         .unwrap_or_default();
@@ -309,7 +310,7 @@ fn quote(s: &str) -> String {
 }
 
 /// The draft, as YAML text that [`Target`] loads.
-pub fn render(
+pub(crate) fn render(
     name: &str,
     prefix: &str,
     url: &str,
@@ -418,7 +419,7 @@ pub async fn draft(
     Ok(render(name.unwrap_or(prefix), prefix, url, &o?, &features))
 }
 
-pub async fn run(args: ProfileArgs) -> ExitCode {
+pub(crate) async fn run(args: ProfileArgs) -> ExitCode {
     match draft(
         &args.engine,
         &args.prefix,

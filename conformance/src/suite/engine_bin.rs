@@ -8,9 +8,10 @@
 //! daemons, and `--no-update-check` from reaching the network.
 
 use crate::standin::stack::GuestGate;
+use crate::standin::wait::Deadline;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use iii_sdk::protocol::TriggerRequest;
 use serde_json::json;
@@ -25,7 +26,7 @@ const STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// The engine config: one worker listener on `127.0.0.1:port`; with a guest
 /// gate, the main listener on the host-only `127.0.0.2:port` and an RBAC
 /// guest listener on `127.0.0.1:guest_port`.
-pub fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
+pub(crate) fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
     let mut yaml =
         String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
     match guest {
@@ -49,7 +50,7 @@ pub fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
 }
 
 /// A free loopback port (bound, read, released).
-pub fn free_port() -> Result<u16, EnvError> {
+pub(crate) fn free_port() -> Result<u16, EnvError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| EnvError::Failed(format!("no free loopback port: {e}")))?;
     l.local_addr()
@@ -58,7 +59,7 @@ pub fn free_port() -> Result<u16, EnvError> {
 }
 
 /// A running engine binary.
-pub struct EngineProcess {
+pub(crate) struct EngineProcess {
     url: String,
     guest_url: Option<String>,
     host: std::net::Ipv4Addr,
@@ -70,14 +71,14 @@ pub struct EngineProcess {
 impl EngineProcess {
     /// Starts `bin` on `port` (0: a free one) and waits until it answers
     /// `engine::functions::list` to a connected worker.
-    pub async fn start(bin: &Path, port: u16) -> Result<EngineProcess, EnvError> {
+    pub(crate) async fn start(bin: &Path, port: u16) -> Result<EngineProcess, EnvError> {
         EngineProcess::start_with(bin, port, None).await
     }
 
     /// [`EngineProcess::start`], with the gated layout when `guest` is
     /// given: main listener on the host-only 127.0.0.2, an RBAC guest
     /// listener on a free 127.0.0.1 port.
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         bin: &Path,
         port: u16,
         guest: Option<&GuestGate>,
@@ -132,12 +133,12 @@ impl EngineProcess {
         Ok(engine)
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url.clone()
     }
 
     /// The RBAC guest listener, when started with one.
-    pub fn guest_url(&self) -> Option<String> {
+    pub(crate) fn guest_url(&self) -> Option<String> {
         self.guest_url.clone()
     }
 
@@ -167,7 +168,7 @@ impl EngineProcess {
     }
 
     async fn wait_ready(&mut self) -> Result<(), EnvError> {
-        let until = Instant::now() + START_DEADLINE;
+        let deadline = Deadline::after(START_DEADLINE, Duration::from_millis(100));
         loop {
             if let Some(status) = self
                 .child
@@ -187,32 +188,20 @@ impl EngineProcess {
             if listening && self.answers().await {
                 return Ok(());
             }
-            if Instant::now() >= until {
+            if !deadline.tick().await {
                 return Err(EnvError::Failed(format!(
                     "the engine at {} did not accept workers within {START_DEADLINE:?}; log tail:\n{}",
                     self.url,
                     self.log_tail()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// SIGTERM, wait, kill after a deadline; the scratch directory goes.
-    pub async fn shutdown(mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if tokio::time::timeout(STOP_DEADLINE, child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
-            }
+    pub(crate) async fn shutdown(mut self) {
+        if let Some(child) = self.child.take() {
+            super::child::stop(child, STOP_DEADLINE).await;
         }
     }
 }

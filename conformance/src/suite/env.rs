@@ -29,6 +29,7 @@ use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use crate::standin::stack::{
     GuestGate, ListenerLayout, Stack, StackError, StackOptions, StackParts,
 };
+use crate::standin::wait::Deadline;
 
 use super::case::{Boot, EnvSpec, UrlVia};
 use super::engine_bin::EngineProcess;
@@ -36,10 +37,10 @@ use super::engine_bin::EngineProcess;
 mod docker;
 mod listing;
 mod worker;
-pub use docker::docker_answers;
+pub(crate) use docker::docker_answers;
 use docker::split_image;
 use listing::functions_gone;
-pub use listing::{functions_listed, functions_present};
+pub(crate) use listing::{functions_listed, functions_present};
 pub use worker::{BuildPolicy, WorkerCommand, WorkerProcess};
 
 /// How long a worker may take to publish its functions.
@@ -50,7 +51,7 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// How long a SIGTERMed worker may take to exit before it is killed.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// The default engine port every SDK falls back to.
-pub const DEFAULT_ENGINE_PORT: u16 = 49134;
+pub(crate) const DEFAULT_ENGINE_PORT: u16 = 49134;
 
 /// Why an environment could not be set up or controlled.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +74,7 @@ pub enum EnvError {
 
 impl EnvError {
     /// `context` failed because of `source`.
-    pub fn caused(
+    pub(crate) fn caused(
         context: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> EnvError {
@@ -85,7 +86,7 @@ impl EnvError {
 
     /// The whole chain on one line (`context: cause: …`), as a case report
     /// shows it.
-    pub fn chain(&self) -> String {
+    pub(crate) fn chain(&self) -> String {
         let mut out = self.to_string();
         let mut next = std::error::Error::source(self);
         while let Some(e) = next {
@@ -106,9 +107,9 @@ pub fn suite_limits() -> SandboxLimits {
 }
 
 /// One environment cases run in.
-pub struct Env {
-    pub url: String,
-    pub client: IIIClient,
+pub(crate) struct Env {
+    pub(crate) url: String,
+    pub(crate) client: IIIClient,
     /// Full ids of the target's functions (readiness).
     functions: Vec<String>,
     bench: Option<Stack>,
@@ -121,8 +122,6 @@ pub struct Env {
     container: Option<testcontainers::ContainerAsync<testcontainers::GenericImage>>,
     /// A configuration-worker double and its directory (private envs asking for one).
     configuration: Option<(ConfigDouble, PathBuf)>,
-    /// What kind of environment this is, for reports.
-    pub kind: String,
 }
 
 async fn connect(url: &str) -> Result<IIIClient, EnvError> {
@@ -133,7 +132,7 @@ async fn connect(url: &str) -> Result<IIIClient, EnvError> {
 
 impl Env {
     /// A live engine where the target is already connected.
-    pub async fn live(url: &str, functions: Vec<String>) -> Result<Env, EnvError> {
+    pub(crate) async fn live(url: &str, functions: Vec<String>) -> Result<Env, EnvError> {
         let client = connect(url).await?;
         if functions_present(&client, &functions)
             .await
@@ -145,10 +144,10 @@ impl Env {
                 functions.join(", ")
             )));
         }
-        Ok(Env::bare(url, client, functions, "live"))
+        Ok(Env::bare(url, client, functions))
     }
 
-    fn bare(url: &str, client: IIIClient, functions: Vec<String>, kind: &str) -> Env {
+    fn bare(url: &str, client: IIIClient, functions: Vec<String>) -> Env {
         Env {
             url: url.to_string(),
             client,
@@ -161,14 +160,13 @@ impl Env {
             worker: Mutex::new(None),
             container: None,
             configuration: None,
-            kind: kind.to_string(),
         }
     }
 
     /// The bench in-process and the worker spawned.
     /// `layout` says whether guests get a gated listener (a target whose
     /// profile declares `guest_listener`) or the main listener itself.
-    pub async fn hermetic(
+    pub(crate) async fn hermetic(
         cmd: &WorkerCommand,
         functions: Vec<String>,
         layout: ListenerLayout,
@@ -188,19 +186,13 @@ impl Env {
         .map_err(|e| EnvError::caused("the stand-in stack cannot start", e))?;
         let url = bench.url();
         let client = connect(&url).await?;
-        let mut worker =
-            WorkerProcess::spawn_with_guest(cmd, &url, UrlVia::Flag, None, bench.guest_url())?;
-        worker.wait_ready(&client, &functions).await?;
-        let mut env = Env::bare(&url, client, functions, "hermetic");
-        env.bench = Some(bench);
-        env.limits = limits;
-        env.worker = Mutex::new(Some(worker));
-        Ok(env)
+        let guest_url = bench.guest_url();
+        Env::with_worker(&url, client, cmd, functions, guest_url, bench, limits).await
     }
 
     /// A real engine from a container image, the double attached, the worker
     /// spawned. Unavailable (not failed) where no Docker daemon answers.
-    pub async fn engine_image(
+    pub(crate) async fn engine_image(
         image: &str,
         port: u16,
         cmd: &WorkerCommand,
@@ -221,20 +213,20 @@ impl Env {
             .await
             .map_err(|e| EnvError::caused(format!("{image} exposes no port {port}"), e))?;
         let url = format!("ws://127.0.0.1:{host_port}");
-        let until = Instant::now() + READY_DEADLINE;
+        let deadline = Deadline::after(READY_DEADLINE, Duration::from_millis(200));
         let client = loop {
             match crate::standin::client::connect(&url, "code-runner-conformance").await {
                 Ok(c) => break c,
-                Err(e) if Instant::now() >= until => {
+                Err(e) if !deadline.tick().await => {
                     return Err(EnvError::caused(
                         format!("the engine in {image} never accepted a worker at {url}"),
                         e,
                     ))
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(_) => {}
             }
         };
-        let mut env = Env::attached(&url, client, cmd, functions, None, "engine-image").await?;
+        let mut env = Env::attached(&url, client, cmd, functions, None).await?;
         env.container = Some(container);
         Ok(env)
     }
@@ -247,7 +239,6 @@ impl Env {
         cmd: &WorkerCommand,
         functions: Vec<String>,
         guest_url: Option<String>,
-        kind: &str,
     ) -> Result<Env, EnvError> {
         let limits = suite_limits();
         let stack = Stack::start(StackOptions {
@@ -259,9 +250,23 @@ impl Env {
         })
         .await
         .map_err(|e| EnvError::caused(format!("the daemon double cannot attach to {url}"), e))?;
+        Env::with_worker(url, client, cmd, functions, guest_url, stack, limits).await
+    }
+
+    /// The worker spawned against `url` and published: the environment
+    /// over `stack`.
+    async fn with_worker(
+        url: &str,
+        client: IIIClient,
+        cmd: &WorkerCommand,
+        functions: Vec<String>,
+        guest_url: Option<String>,
+        stack: Stack,
+        limits: SandboxLimits,
+    ) -> Result<Env, EnvError> {
         let mut worker = WorkerProcess::spawn_with_guest(cmd, url, UrlVia::Flag, None, guest_url)?;
         worker.wait_ready(&client, &functions).await?;
-        let mut env = Env::bare(url, client, functions, kind);
+        let mut env = Env::bare(url, client, functions);
         env.bench = Some(stack);
         env.limits = limits;
         env.worker = Mutex::new(Some(worker));
@@ -272,7 +277,7 @@ impl Env {
     /// double attached, the worker spawned.
     /// With `guest`, the engine gets the gated layout: main listener on the
     /// host-only 127.0.0.2, an RBAC guest listener on 127.0.0.1.
-    pub async fn engine_bin(
+    pub(crate) async fn engine_bin(
         bin: &Path,
         cmd: &WorkerCommand,
         functions: Vec<String>,
@@ -281,22 +286,14 @@ impl Env {
         let engine = EngineProcess::start_with(bin, 0, guest).await?;
         let url = engine.url();
         let client = connect(&url).await?;
-        let mut env = Env::attached(
-            &url,
-            client,
-            cmd,
-            functions,
-            engine.guest_url(),
-            "engine-bin",
-        )
-        .await?;
+        let mut env = Env::attached(&url, client, cmd, functions, engine.guest_url()).await?;
         env.engine_process = Some(engine);
         Ok(env)
     }
 
     /// A case's private environment: on the stand-in engine, or on a real
     /// engine binary when `engine_bin` names one.
-    pub async fn private(
+    pub(crate) async fn private(
         spec: &EnvSpec,
         cmd: &WorkerCommand,
         functions: Vec<String>,
@@ -410,7 +407,7 @@ impl Env {
                 return Err(e);
             }
         }
-        let mut env = Env::bare(&url, client, functions, "private");
+        let mut env = Env::bare(&url, client, functions);
         env.configuration = configuration;
         env.engine = engine;
         env.engine_process = engine_process;
@@ -420,13 +417,8 @@ impl Env {
         Ok(env)
     }
 
-    /// Whether a worker process of ours runs here.
-    pub async fn has_worker(&self) -> bool {
-        self.worker.lock().await.is_some()
-    }
-
     /// The worker's stdout and stderr so far.
-    pub async fn worker_log(&self) -> Result<String, EnvError> {
+    pub(crate) async fn worker_log(&self) -> Result<String, EnvError> {
         let w = self.worker.lock().await;
         let w = w
             .as_ref()
@@ -436,7 +428,7 @@ impl Env {
 
     /// SIGTERM the worker, wait for it and its functions to go, start it
     /// again and wait until it serves.
-    pub async fn restart_worker(&self) -> Result<Value, EnvError> {
+    pub(crate) async fn restart_worker(&self) -> Result<Value, EnvError> {
         let status = self.stop_worker_inner().await?;
         let mut guard = self.worker.lock().await;
         let w = guard
@@ -468,13 +460,13 @@ impl Env {
     }
 
     /// SIGTERM the worker and wait: `{exit_code}`.
-    pub async fn stop_worker(&self) -> Result<Value, EnvError> {
+    pub(crate) async fn stop_worker(&self) -> Result<Value, EnvError> {
         let code = self.stop_worker_inner().await?;
         Ok(json!({ "exit_code": code }))
     }
 
     /// Waits for the worker to exit by itself.
-    pub async fn worker_exit(&self, within: Duration) -> Result<Value, EnvError> {
+    pub(crate) async fn worker_exit(&self, within: Duration) -> Result<Value, EnvError> {
         let mut guard = self.worker.lock().await;
         let w = guard
             .as_mut()
@@ -486,7 +478,7 @@ impl Env {
     }
 
     /// Connects the daemon double (after a boot without it).
-    pub async fn start_sandbox(&self) -> Result<Value, EnvError> {
+    pub(crate) async fn start_sandbox(&self) -> Result<Value, EnvError> {
         let mut guard = self.double.lock().await;
         if guard.is_some() || self.bench.is_some() {
             return Err(EnvError::Failed("iii-sandbox is already connected".into()));
@@ -499,7 +491,7 @@ impl Env {
     }
 
     /// Stops everything this environment started.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         let Env {
             client,
             bench,

@@ -12,6 +12,7 @@
 //! - no case expects, and no run observes, a target code missing from the
 //!   table.
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -40,34 +41,21 @@ pub struct ErrorTable {
     pub codes: Vec<ErrorEntry>,
 }
 
-/// Why a table could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 impl ErrorTable {
-    pub fn load(dir: &Path, target: &str) -> Result<ErrorTable, TableError> {
+    pub fn load(dir: &Path, target: &str) -> Result<ErrorTable, LoadError> {
         let path = dir.join(format!("{target}.json"));
-        let text = std::fs::read_to_string(&path).map_err(|source| TableError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        let t: ErrorTable = serde_json::from_str(&text).map_err(|e| TableError::Invalid {
+        let t: ErrorTable = serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         let mut seen = BTreeSet::new();
         for e in &t.codes {
             if !seen.insert(e.code.clone()) || e.code.contains("::") {
-                return Err(TableError::Invalid {
+                return Err(LoadError::Invalid {
                     path: path.display().to_string(),
                     message: format!("code `{}` is duplicated or not a short code", e.code),
                 });
@@ -76,7 +64,7 @@ impl ErrorTable {
         Ok(t)
     }
 
-    pub fn has(&self, code: &str) -> bool {
+    pub(crate) fn has(&self, code: &str) -> bool {
         self.codes.iter().any(|e| e.code == code)
     }
 }
@@ -92,7 +80,7 @@ pub enum Envelope {
 }
 
 impl Envelope {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Envelope::CodeField => "code_field",
             Envelope::Upstream => "upstream",
@@ -110,18 +98,6 @@ pub enum Observed {
     /// `invocation_failed` without a recognizable target code.
     Unclassified { code: String },
 }
-
-/// Codes the engine and the SDKs produce themselves
-/// (docs/engine.md).
-pub const ENGINE_CODES: &[&str] = &[
-    "function_not_found",
-    "invocation_stopped",
-    "FORBIDDEN",
-    "INVALID_NAMESPACE",
-    "enqueue_error",
-    "NOT_FOUND",
-    "TIMEOUT",
-];
 
 fn short_code_at(s: &str) -> Option<String> {
     let code: String = s
@@ -170,7 +146,7 @@ pub fn classify(prefix: &str, code: &str, message: &str) -> Observed {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Violation {
     pub code: String,
-    pub problem: String,
+    pub(crate) problem: String,
 }
 
 /// The static half: table × the cases applicable to the target

@@ -6,6 +6,7 @@
 //!   entry, the target got better.
 //! - An entry naming no known case is stale too.
 
+use super::load_error::LoadError;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -27,19 +28,6 @@ pub struct Expectations {
     pub target: String,
     #[serde(default)]
     pub expected_failures: Vec<Expected>,
-}
-
-/// Why an expectations file could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ExpectationsError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
 }
 
 /// The verdict of one case.
@@ -74,14 +62,14 @@ impl Verdict {
 
 impl Expectations {
     /// Loads a file; a missing file means "no known failures".
-    pub fn load(path: &Path) -> Result<Expectations, ExpectationsError> {
+    pub fn load(path: &Path) -> Result<Expectations, LoadError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Expectations::default())
             }
             Err(source) => {
-                return Err(ExpectationsError::Read {
+                return Err(LoadError::Read {
                     path: path.display().to_string(),
                     source,
                 })
@@ -90,21 +78,20 @@ impl Expectations {
         if text.trim().is_empty() {
             return Ok(Expectations::default());
         }
-        let e: Expectations =
-            serde_yaml::from_str(&text).map_err(|e| ExpectationsError::Invalid {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            })?;
+        let e: Expectations = serde_yaml::from_str(&text).map_err(|e| LoadError::Invalid {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         let mut seen = BTreeMap::new();
         for x in &e.expected_failures {
             if x.reason.trim().is_empty() {
-                return Err(ExpectationsError::Invalid {
+                return Err(LoadError::Invalid {
                     path: path.display().to_string(),
                     message: format!("entry `{}` needs a reason", x.case),
                 });
             }
             if seen.insert(x.case.clone(), ()).is_some() {
-                return Err(ExpectationsError::Invalid {
+                return Err(LoadError::Invalid {
                     path: path.display().to_string(),
                     message: format!("entry `{}` is listed twice", x.case),
                 });
@@ -114,7 +101,7 @@ impl Expectations {
     }
 
     /// The reason a case is listed, if it is.
-    pub fn reason(&self, case: &str) -> Option<&str> {
+    pub(crate) fn reason(&self, case: &str) -> Option<&str> {
         self.expected_failures
             .iter()
             .find(|e| e.case == case)
@@ -132,7 +119,7 @@ impl Expectations {
     }
 
     /// Entries that name none of `known` case ids.
-    pub fn unknown_entries<'a>(&'a self, known: &[&str]) -> Vec<&'a Expected> {
+    pub(crate) fn unknown_entries<'a>(&'a self, known: &[&str]) -> Vec<&'a Expected> {
         self.expected_failures
             .iter()
             .filter(|e| !known.contains(&e.case.as_str()))

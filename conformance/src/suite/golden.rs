@@ -44,7 +44,7 @@ impl Golden {
     pub fn targets(&self) -> PathBuf {
         self.root.join("targets")
     }
-    pub fn errors(&self) -> PathBuf {
+    pub(crate) fn errors(&self) -> PathBuf {
         self.root.join("errors")
     }
     pub fn schemas(&self) -> PathBuf {
@@ -60,11 +60,11 @@ impl Golden {
 /// Everything loaded for one target.
 #[derive(Debug, Clone)]
 pub struct Loaded {
-    pub golden: Golden,
-    pub target: Target,
-    pub cases: Vec<Case>,
-    pub table: ErrorTable,
-    pub expectations: Expectations,
+    pub(crate) golden: Golden,
+    pub(crate) target: Target,
+    pub(crate) cases: Vec<Case>,
+    pub(crate) table: ErrorTable,
+    pub(crate) expectations: Expectations,
 }
 
 /// Loads and cross-checks the golden data for `target`.

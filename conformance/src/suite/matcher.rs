@@ -141,8 +141,8 @@ pub enum MatcherError {
 pub struct Mismatch {
     /// JSON-pointer-like path (`/stdout`, `/unregistered/0`), `` for the root.
     pub path: String,
-    pub expected: String,
-    pub actual: String,
+    pub(crate) expected: String,
+    pub(crate) actual: String,
 }
 
 impl std::fmt::Display for Mismatch {
@@ -168,7 +168,7 @@ fn spec_err(path: &str, message: impl Into<String>) -> MatcherError {
 }
 
 /// Numeric-aware deep equality: `1 == 1.0`, objects by key.
-pub fn json_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             if let (Some(x), Some(y)) = (x.as_i64(), y.as_i64()) {
@@ -232,7 +232,7 @@ fn multiset_match(items: &[Matcher], arr: &[Value]) -> bool {
 }
 
 /// A short rendering of a value for messages.
-pub fn brief(v: Option<&Value>) -> String {
+pub(crate) fn brief(v: Option<&Value>) -> String {
     match v {
         None => "absent".into(),
         Some(v) => {
@@ -313,6 +313,22 @@ impl Matcher {
             expected: self.describe(),
             actual: brief(actual),
         });
+    }
+
+    /// `v` as an array (of `len` elements, when given); otherwise this
+    /// matcher's mismatch is recorded and there is nothing to descend into.
+    fn array_of<'v>(
+        &self,
+        v: &'v Value,
+        len: Option<usize>,
+        path: &str,
+        out: &mut Vec<Mismatch>,
+    ) -> Option<&'v Vec<Value>> {
+        let arr = v.as_array().filter(|a| len.is_none_or(|n| a.len() == n));
+        if arr.is_none() {
+            self.fail(Some(v), path, out);
+        }
+        arr
     }
 
     fn check_at(&self, actual: Option<&Value>, path: &str, out: &mut Vec<Mismatch>) {
@@ -405,14 +421,9 @@ impl Matcher {
                 return;
             }
             Matcher::Array(items) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, Some(items.len()), path, out) else {
                     return;
                 };
-                if arr.len() != items.len() {
-                    self.fail(Some(v), path, out);
-                    return;
-                }
                 if multiset_match(items, arr) {
                     return;
                 }
@@ -428,22 +439,16 @@ impl Matcher {
                 return;
             }
             Matcher::Ordered(items) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, Some(items.len()), path, out) else {
                     return;
                 };
-                if arr.len() != items.len() {
-                    self.fail(Some(v), path, out);
-                    return;
-                }
                 for (i, (m, x)) in items.iter().zip(arr).enumerate() {
                     m.check_at(Some(x), &format!("{path}/{i}"), out);
                 }
                 return;
             }
             Matcher::Items(m) => {
-                let Some(arr) = v.as_array() else {
-                    self.fail(Some(v), path, out);
+                let Some(arr) = self.array_of(v, None, path, out) else {
                     return;
                 };
                 for (i, x) in arr.iter().enumerate() {

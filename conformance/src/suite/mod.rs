@@ -14,14 +14,17 @@
 //! [`run`] ties them together and returns a [`Report`].
 
 pub mod case;
+mod child;
 pub mod cli;
 pub mod draft;
-pub mod engine_bin;
+pub(crate) mod engine_bin;
 pub mod env;
 pub mod errors;
 mod execute;
 pub mod expectations;
 mod golden;
+mod load_error;
+pub use load_error::LoadError;
 pub mod matcher;
 pub mod published;
 pub mod report;
@@ -77,7 +80,7 @@ pub enum SuiteError {
 
 impl SuiteError {
     /// A golden loader failed; its error stays the source.
-    pub fn golden_load(e: impl std::error::Error + Send + Sync + 'static) -> SuiteError {
+    pub(crate) fn golden_load(e: impl std::error::Error + Send + Sync + 'static) -> SuiteError {
         SuiteError::GoldenLoad(Box::new(e))
     }
 }
@@ -114,7 +117,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Mode::Hermetic { .. } => "hermetic",
             Mode::Live { .. } => "live",
@@ -128,10 +131,10 @@ impl Mode {
 #[derive(Debug, Clone)]
 pub struct SuiteOptions {
     pub golden: Option<PathBuf>,
-    pub target: String,
+    pub(crate) target: String,
     /// Function prefix override (a fork under another name).
     pub prefix: Option<String>,
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Globs over case ids; empty = every case.
     pub filters: Vec<String>,
     pub jobs: usize,
@@ -139,11 +142,11 @@ pub struct SuiteOptions {
     pub expectations: Option<PathBuf>,
     /// Write the live schemas as the target's golden ones instead of
     /// comparing.
-    pub bless_schemas: bool,
+    pub(crate) bless_schemas: bool,
     /// Per-case lines on stderr.
     pub progress: bool,
     /// Which levels' failures fail the run.
-    pub level: LevelGate,
+    pub(crate) level: LevelGate,
 }
 
 impl SuiteOptions {
@@ -164,7 +167,7 @@ impl SuiteOptions {
 }
 
 /// Whether a case id is selected by the filters.
-pub fn selected(filters: &[String], id: &str) -> bool {
+pub(crate) fn selected(filters: &[String], id: &str) -> bool {
     filters.is_empty()
         || filters
             .iter()

@@ -51,7 +51,7 @@ impl Published {
     }
 
     /// The lines printed at the start of a run.
-    pub fn render(&self, prefix: &str, envelope: &EnvelopeProbe) -> String {
+    pub(crate) fn render(&self, prefix: &str, envelope: &EnvelopeProbe) -> String {
         let list = |v: &[String]| {
             if v.is_empty() {
                 "none".to_string()
@@ -80,7 +80,7 @@ impl Published {
 
 /// Every function id the engine lists under `prefix::` (internal ones too).
 /// `None` when the engine does not answer `engine::functions::list`.
-pub async fn listed_under(client: &IIIClient, prefix: &str) -> Option<BTreeSet<String>> {
+pub(crate) async fn listed_under(client: &IIIClient, prefix: &str) -> Option<BTreeSet<String>> {
     let answer = client
         .trigger(TriggerRequest {
             function_id: "engine::functions::list".into(),
@@ -104,15 +104,15 @@ pub async fn listed_under(client: &IIIClient, prefix: &str) -> Option<BTreeSet<S
 
 /// What the envelope probe saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EnvelopeProbe {
+pub(crate) struct EnvelopeProbe {
     /// `code_field`, `upstream`, or `unknown`.
-    pub envelope: String,
+    pub(crate) envelope: String,
     /// The call made and what came back, for the reader.
-    pub evidence: String,
+    pub(crate) evidence: String,
 }
 
 impl EnvelopeProbe {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{} ({})", self.envelope, self.evidence)
     }
 }
@@ -120,7 +120,7 @@ impl EnvelopeProbe {
 /// Calls a function of the target with a payload every code-runner refuses
 /// (`teardown {}`: neither field; else `run {}`: no lang, no code) and
 /// classifies the error that comes back.
-pub async fn probe_envelope(
+pub(crate) async fn probe_envelope(
     client: &IIIClient,
     prefix: &str,
     published: &Published,
@@ -173,6 +173,6 @@ fn short(s: &str) -> String {
 
 /// The function suffixes a step list triggers (`trigger: X`), placeholders
 /// left as written.
-pub fn triggered(steps: &[&super::case::Step]) -> BTreeSet<String> {
+pub(crate) fn triggered(steps: &[&super::case::Step]) -> BTreeSet<String> {
     steps.iter().filter_map(|s| s.trigger.clone()).collect()
 }

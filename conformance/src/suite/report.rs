@@ -39,7 +39,7 @@ impl LevelGate {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LevelGate::Contract => "contract",
             LevelGate::Recommended => "recommended",
@@ -76,11 +76,11 @@ pub struct CaseReport {
 /// Totals.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Summary {
-    pub cases: usize,
+    pub(crate) cases: usize,
     pub passed: usize,
-    pub failed: usize,
-    pub expected_failures: usize,
-    pub stale: usize,
+    pub(crate) failed: usize,
+    pub(crate) expected_failures: usize,
+    pub(crate) stale: usize,
     pub skipped: usize,
     /// Problems that fail the run at its `--level`.
     pub unexpected: usize,
@@ -185,7 +185,7 @@ impl Report {
     }
 
     /// Problems reported but outside the run's `--level`.
-    pub fn outside_level(&self) -> Vec<&CaseReport> {
+    pub(crate) fn outside_level(&self) -> Vec<&CaseReport> {
         self.cases
             .iter()
             .filter(|c| c.verdict.unexpected() && !self.level.counts(c.level))
@@ -265,7 +265,7 @@ impl Report {
     }
 
     /// Writes `--report-json`.
-    pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn write_json(&self, path: &Path) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         write_file(path, &text)
     }
@@ -364,7 +364,7 @@ impl Report {
     }
 
     /// Writes `--junit`.
-    pub fn write_junit(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn write_junit(&self, path: &Path) -> std::io::Result<()> {
         write_file(path, &self.junit())
     }
 }
@@ -402,7 +402,7 @@ fn first_line(s: &str) -> String {
 }
 
 /// XML-escapes text (and drops characters XML 1.0 cannot carry).
-pub fn xml(s: &str) -> String {
+pub(crate) fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -420,7 +420,7 @@ pub fn xml(s: &str) -> String {
 }
 
 /// The per-case progress lines on stderr.
-pub struct Progress {
+pub(crate) struct Progress {
     total: usize,
     done: AtomicUsize,
     enabled: bool,
@@ -428,7 +428,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(total: usize, enabled: bool) -> Progress {
+    pub(crate) fn new(total: usize, enabled: bool) -> Progress {
         Progress {
             total,
             done: AtomicUsize::new(0),
@@ -438,7 +438,7 @@ impl Progress {
     }
 
     /// Prints `[  n/total] VERDICT id (1.23s)` and, for problems, the reason.
-    pub fn case_done(&self, c: &CaseReport) {
+    pub(crate) fn case_done(&self, c: &CaseReport) {
         let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
         if !self.enabled {
             return;

@@ -17,30 +17,31 @@ use super::env::Env;
 use super::errors::{classify, Envelope, Observed};
 use super::matcher::{brief, Matcher};
 use super::vars::{Splice, Vars};
+use crate::standin::wait::Deadline;
 
 mod diagnostics;
 pub use diagnostics::*;
 
 /// Default client-side deadline of one call.
-pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
 /// Poll interval of `eventually_ms`.
 const POLL: Duration = Duration::from_millis(50);
 
 /// What a case's run produced, before expectations are applied.
 #[derive(Debug, Clone, Default)]
-pub struct RawOutcome {
-    pub failure: Option<String>,
-    pub envelopes: BTreeMap<Envelope, u32>,
+pub(crate) struct RawOutcome {
+    pub(crate) failure: Option<String>,
+    pub(crate) envelopes: BTreeMap<Envelope, u32>,
     /// Every error a call saw: `(case id, classification)`.
-    pub observed: Vec<(String, Observed)>,
-    pub notes: Vec<String>,
+    pub(crate) observed: Vec<(String, Observed)>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// The state of one case run.
-pub struct CaseRun<'a> {
-    pub case_id: &'a str,
-    pub prefix: &'a str,
-    pub env: &'a Env,
+pub(crate) struct CaseRun<'a> {
+    pub(crate) case_id: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) env: &'a Env,
     vars: Mutex<Vars>,
     envelopes: Mutex<BTreeMap<Envelope, u32>>,
     observed: Mutex<Vec<(String, Observed)>>,
@@ -88,7 +89,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<'a> CaseRun<'a> {
-    pub fn new(case_id: &'a str, prefix: &'a str, env: &'a Env, vars: Vars) -> CaseRun<'a> {
+    pub(crate) fn new(case_id: &'a str, prefix: &'a str, env: &'a Env, vars: Vars) -> CaseRun<'a> {
         CaseRun {
             case_id,
             prefix,
@@ -104,7 +105,7 @@ impl<'a> CaseRun<'a> {
     }
 
     /// Runs steps then cleanup; returns the raw outcome.
-    pub async fn run(self, case: &Case) -> RawOutcome {
+    pub(crate) async fn run(self, case: &Case) -> RawOutcome {
         let failure = self.run_steps(&case.steps).await.err();
         let mut notes = Vec::new();
         for (i, s) in case.cleanup.iter().enumerate() {
@@ -170,15 +171,15 @@ impl<'a> CaseRun<'a> {
     }
 
     async fn run_step_once(&self, step: &Step) -> Result<(), String> {
-        let started = Instant::now();
+        let deadline = step
+            .eventually_ms
+            .map(|ms| (ms, Deadline::after(Duration::from_millis(ms), POLL)));
         loop {
             match self.attempt(step).await {
                 Ok(()) => return Ok(()),
-                Err(e) => match step.eventually_ms {
-                    Some(ms) if started.elapsed() < Duration::from_millis(ms) => {
-                        tokio::time::sleep(POLL).await;
-                    }
-                    Some(ms) => return Err(format!("still failing after {ms} ms: {e}")),
+                Err(e) => match &deadline {
+                    Some((_, d)) if d.tick().await => {}
+                    Some((ms, _)) => return Err(format!("still failing after {ms} ms: {e}")),
                     None => return Err(e),
                 },
             }

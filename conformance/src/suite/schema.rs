@@ -9,6 +9,7 @@
 //! keywords (a *property* called `description` stays), integral floats
 //! written as integers (`0.0` == `0`).
 
+use super::load_error::LoadError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,7 +20,7 @@ mod fields;
 pub use fields::*;
 
 /// Keywords dropped before comparing: documentation, not wire.
-pub const STRIPPED: &[&str] = &["description", "title", "$schema"];
+pub(crate) const STRIPPED: &[&str] = &["description", "title", "$schema"];
 
 const SCHEMA_VALUED: &[&str] = &[
     "items",
@@ -166,7 +167,7 @@ impl FunctionSchemas {
         }
     }
 
-    pub fn normalized(&self) -> Value {
+    pub(crate) fn normalized(&self) -> Value {
         serde_json::json!({
             "request_schema": normalize(&self.request),
             "response_schema": normalize(&self.response),
@@ -174,43 +175,27 @@ impl FunctionSchemas {
     }
 }
 
-/// Why golden schemas could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SchemaError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 /// The golden file of one function.
-pub fn golden_path(schemas_dir: &Path, target: &str, function: &str) -> PathBuf {
+pub(crate) fn golden_path(schemas_dir: &Path, target: &str, function: &str) -> PathBuf {
     schemas_dir.join(target).join(format!("{function}.json"))
 }
 
 /// Reads one golden entry.
-pub fn load_golden(path: &Path) -> Result<Value, SchemaError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SchemaError::Read {
+pub(crate) fn load_golden(path: &Path) -> Result<Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|e| SchemaError::Invalid {
+    serde_json::from_str(&text).map_err(|e| LoadError::Invalid {
         path: path.display().to_string(),
         message: e.to_string(),
     })
 }
 
 /// Every golden entry of a target: function suffix → entry.
-pub fn load_target(
-    schemas_dir: &Path,
-    target: &str,
-) -> Result<BTreeMap<String, Value>, SchemaError> {
+pub fn load_target(schemas_dir: &Path, target: &str) -> Result<BTreeMap<String, Value>, LoadError> {
     let dir = schemas_dir.join(target);
-    let rd = std::fs::read_dir(&dir).map_err(|source| SchemaError::Read {
+    let rd = std::fs::read_dir(&dir).map_err(|source| LoadError::Read {
         path: dir.display().to_string(),
         source,
     })?;
@@ -229,7 +214,7 @@ pub fn load_target(
 }
 
 /// Writes a golden entry with sorted keys, as `run --bless-schemas` does.
-pub fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
+pub(crate) fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -240,7 +225,7 @@ pub fn write_golden(path: &Path, entry: &Value) -> std::io::Result<()> {
 }
 
 /// Deep key sort (whatever serde_json's map order is in this build).
-pub fn sort_keys(v: &Value) -> Value {
+pub(crate) fn sort_keys(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
             let sorted: BTreeMap<&String, Value> =
@@ -253,7 +238,7 @@ pub fn sort_keys(v: &Value) -> Value {
 }
 
 /// Compares two targets' golden entries (function suffix → entry).
-pub fn compat(
+pub(crate) fn compat(
     a_name: &str,
     a: &BTreeMap<String, Value>,
     b_name: &str,
@@ -282,7 +267,7 @@ pub fn compat(
 
 impl CompatReport {
     /// Count of (same, changed, only_a, only_b) fields.
-    pub fn counts(&self) -> (usize, usize, usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize, usize, usize) {
         let mut c = (0, 0, 0, 0);
         for f in &self.functions {
             for d in f.request.iter().chain(&f.response) {
@@ -300,7 +285,7 @@ impl CompatReport {
     /// Whether a caller written against `a` works unchanged against `b`:
     /// no field changed, nothing required by `b` that `a` lacks, and no
     /// response field `a` sends that `b` drops.
-    pub fn breaking(&self) -> Vec<String> {
+    pub(crate) fn breaking(&self) -> Vec<String> {
         let mut out = Vec::new();
         for f in &self.functions {
             for d in &f.request {

@@ -31,9 +31,9 @@ pub struct Target {
     /// Function prefix: `<prefix>::run`, and error codes `<prefix>::<code>`.
     pub prefix: String,
     #[serde(default)]
-    pub description: String,
+    pub(crate) description: String,
     #[serde(default)]
-    pub sources: Vec<String>,
+    pub(crate) sources: Vec<String>,
     /// Function suffixes whose schemas are snapshot-checked.
     pub functions: Vec<String>,
     pub profile: BTreeMap<String, Feature>,
@@ -121,7 +121,7 @@ impl Target {
     }
 
     /// Names of every target under `dir`.
-    pub fn names(dir: &Path) -> Vec<String> {
+    pub(crate) fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
@@ -147,7 +147,7 @@ impl Target {
     }
 
     /// The full id of a target function.
-    pub fn function(&self, suffix: &str) -> String {
+    pub(crate) fn function(&self, suffix: &str) -> String {
         format!("{}::{suffix}", self.prefix)
     }
 
@@ -176,7 +176,7 @@ impl Target {
     }
 
     /// Whether the profile states a value for `feature` at all.
-    pub fn declares(&self, feature: &str) -> bool {
+    pub(crate) fn declares(&self, feature: &str) -> bool {
         self.profile.contains_key(feature)
     }
 
@@ -190,13 +190,13 @@ impl Target {
     }
 
     /// The first unmet requirement of a list.
-    pub fn unmet(&self, reqs: &[String]) -> Option<String> {
+    pub(crate) fn unmet(&self, reqs: &[String]) -> Option<String> {
         reqs.iter().find_map(|r| self.check(r).err())
     }
 }
 
 /// Features named by any target: requirements outside it are typos.
-pub fn known_features(targets: &[Target]) -> BTreeSet<String> {
+pub(crate) fn known_features(targets: &[Target]) -> BTreeSet<String> {
     targets
         .iter()
         .flat_map(|t| t.profile.keys().cloned())

@@ -23,7 +23,7 @@ pub enum VarError {
 
 /// How a substituted value is spliced into a string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Splice {
+pub(crate) enum Splice {
     /// As text.
     Text,
     /// Regex-escaped, for matcher patterns.
@@ -45,15 +45,6 @@ impl Vars {
         self.map.insert(name.into(), value);
     }
 
-    pub fn get(&self, name: &str) -> Option<&Value> {
-        self.map.get(name)
-    }
-
-    /// Every variable's text form, for secrecy checks and messages.
-    pub fn names(&self) -> impl Iterator<Item = &String> {
-        self.map.keys()
-    }
-
     fn text_of(v: &Value) -> String {
         match v {
             Value::String(s) => s.clone(),
@@ -62,7 +53,7 @@ impl Vars {
     }
 
     /// Fills every placeholder of `s`.
-    pub fn fill_str(&self, s: &str, splice: Splice) -> Result<String, VarError> {
+    pub(crate) fn fill_str(&self, s: &str, splice: Splice) -> Result<String, VarError> {
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
         while let Some(at) = rest.find("${") {
@@ -104,7 +95,7 @@ impl Vars {
 
     /// Fills every string of a payload (keys included) and expands
     /// generators.
-    pub fn fill_payload(&self, v: &Value) -> Result<Value, VarError> {
+    pub(crate) fn fill_payload(&self, v: &Value) -> Result<Value, VarError> {
         Ok(match v {
             Value::String(s) => self.fill_value_str(s)?,
             Value::Array(a) => Value::Array(

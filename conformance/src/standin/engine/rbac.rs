@@ -42,7 +42,8 @@ pub enum FunctionFilter {
 
 impl FunctionFilter {
     /// Parses the YAML/JSON form: a `match("…")` string or a `metadata` map.
-    pub fn parse(v: &Value) -> Option<FunctionFilter> {
+    #[cfg(test)]
+    pub(crate) fn parse(v: &Value) -> Option<FunctionFilter> {
         match v {
             Value::String(s) => match_pattern(s).map(FunctionFilter::Match),
             Value::Object(m) => m
@@ -52,7 +53,6 @@ impl FunctionFilter {
             _ => None,
         }
     }
-
     fn matches(&self, function_id: &str, metadata: Option<&Value>) -> bool {
         match self {
             FunctionFilter::Match(p) => wildcard_match(p, function_id),
@@ -84,7 +84,7 @@ fn match_pattern(s: &str) -> Option<String> {
 }
 
 /// `*` matches any (possibly empty) run of characters; anchored both ends.
-pub fn wildcard_match(pattern: &str, value: &str) -> bool {
+pub(crate) fn wildcard_match(pattern: &str, value: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == value;
@@ -131,22 +131,22 @@ fn default_true() -> bool {
 
 /// What the auth function returned, as the engine reads it.
 #[derive(Debug, Clone, Deserialize)]
-pub struct AuthResult {
+pub(crate) struct AuthResult {
     #[serde(default)]
-    pub allowed_functions: Vec<String>,
+    pub(crate) allowed_functions: Vec<String>,
     #[serde(default)]
-    pub forbidden_functions: Vec<String>,
+    pub(crate) forbidden_functions: Vec<String>,
     #[serde(default = "default_true")]
-    pub allow_function_registration: bool,
+    pub(crate) allow_function_registration: bool,
     #[serde(default)]
-    pub function_registration_prefix: Option<String>,
+    pub(crate) function_registration_prefix: Option<String>,
     #[serde(default)]
-    pub context: Option<Value>,
+    pub(crate) context: Option<Value>,
 }
 
 impl AuthResult {
     /// A listener without `auth_function_id` lets every connection in.
-    pub fn open() -> AuthResult {
+    pub(crate) fn open() -> AuthResult {
         AuthResult {
             allowed_functions: Vec::new(),
             forbidden_functions: Vec::new(),
@@ -159,15 +159,15 @@ impl AuthResult {
 
 /// One authenticated connection on an RBAC listener.
 #[derive(Debug)]
-pub struct Session {
-    pub config: std::sync::Arc<RbacConfig>,
-    pub auth: AuthResult,
+pub(crate) struct Session {
+    pub(crate) config: std::sync::Arc<RbacConfig>,
+    pub(crate) auth: AuthResult,
 }
 
 impl Session {
     /// The decision for one call, in the engine's order: forbidden, allowed,
     /// carve-out, exposed, else denied. `Err` is the `FORBIDDEN` message.
-    pub fn decide(&self, function_id: &str, metadata: Option<&Value>) -> Result<(), String> {
+    pub(crate) fn decide(&self, function_id: &str, metadata: Option<&Value>) -> Result<(), String> {
         if self
             .auth
             .forbidden_functions
@@ -194,7 +194,7 @@ impl Session {
     }
 
     /// The id a registration of `id` gets on the bus.
-    pub fn registered_id(&self, id: &str) -> String {
+    pub(crate) fn registered_id(&self, id: &str) -> String {
         match &self.auth.function_registration_prefix {
             Some(p) => format!("{p}::{id}"),
             None => id.to_string(),
@@ -202,7 +202,7 @@ impl Session {
     }
 
     /// The id the connection's SDK knows a bus id by (the prefix stripped).
-    pub fn local_id<'a>(&self, id: &'a str) -> &'a str {
+    pub(crate) fn local_id<'a>(&self, id: &'a str) -> &'a str {
         match &self.auth.function_registration_prefix {
             Some(p) => id
                 .strip_prefix(p.as_str())
@@ -213,14 +213,14 @@ impl Session {
     }
 
     /// The context forwarded to hooks (`{}` when the auth gave none).
-    pub fn context(&self) -> Value {
+    pub(crate) fn context(&self) -> Value {
         self.auth.context.clone().unwrap_or_else(|| json!({}))
     }
 }
 
 /// The AuthInput of one upgrade: headers, every query parameter as a list of
 /// values (repeated keys kept), and the peer's IP.
-pub fn auth_input(
+pub(crate) fn auth_input(
     headers: &BTreeMap<String, String>,
     query: Option<&str>,
     peer: SocketAddr,
@@ -242,7 +242,7 @@ pub fn auth_input(
 }
 
 /// The frame a refused connection receives before the close.
-pub fn auth_error_frame(message: &str) -> String {
+pub(crate) fn auth_error_frame(message: &str) -> String {
     #[derive(serde::Serialize)]
     struct Body<'a> {
         code: &'a str,

@@ -12,15 +12,15 @@ use super::limits::SandboxLimits;
 use super::registry::Registry;
 
 /// Everything the handlers share.
-pub struct Daemon {
-    pub registry: Arc<Registry>,
-    pub isolation: Isolation,
-    pub limits: SandboxLimits,
+pub(crate) struct Daemon {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) isolation: Isolation,
+    pub(crate) limits: SandboxLimits,
 }
 
 impl Daemon {
     /// The sandbox table, isolation layer and limits of one double.
-    pub fn new(isolation: Isolation, limits: SandboxLimits) -> Daemon {
+    pub(crate) fn new(isolation: Isolation, limits: SandboxLimits) -> Daemon {
         Daemon {
             registry: Arc::new(Registry::new(limits.max_concurrent_exec_per_sandbox)),
             isolation,
@@ -29,25 +29,25 @@ impl Daemon {
     }
 
     /// The SIGTERM→SIGKILL grace of every stop.
-    pub fn stop_grace(&self) -> Duration {
+    pub(crate) fn stop_grace(&self) -> Duration {
         Duration::from_millis(self.limits.stop_grace_ms)
     }
 
     /// How long past its idle timeout a busy sandbox is protected: one
     /// clamped exec deadline plus slack, as on the daemon.
-    pub fn busy_grace(&self) -> Duration {
+    pub(crate) fn busy_grace(&self) -> Duration {
         Duration::from_millis(self.limits.max_exec_timeout_ms) + Duration::from_secs(60)
     }
 }
 
 /// Parses a `sandbox_id`, S001 when it is not a UUID.
-pub fn parse_id(raw: &str) -> Result<Uuid, DaemonError> {
+pub(crate) fn parse_id(raw: &str) -> Result<Uuid, DaemonError> {
     Uuid::parse_str(raw)
         .map_err(|_| DaemonError::InvalidRequest(format!("sandbox_id is not a valid UUID: {raw}")))
 }
 
 /// Waits until the modelled guest boot is over.
-pub async fn wait_for_boot(ready_at: Instant) {
+pub(crate) async fn wait_for_boot(ready_at: Instant) {
     let now = Instant::now();
     if ready_at > now {
         tokio::time::sleep(ready_at - now).await;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 /// Where every `docs_url` points, followed by `#<code>`.
-pub const DOCS_BASE: &str =
+pub(crate) const DOCS_BASE: &str =
     "https://github.com/iii-hq/iii/blob/main/crates/iii-worker/src/sandbox_daemon/README.md#";
 
 /// `fix_note` of S001.
@@ -39,7 +39,7 @@ const NOTE_EXEC_CAP: &str = "this sandbox already has max_concurrent_exec_per_sa
 /// The S-codes this double can produce. Callers branch on them, so they are
 /// spelled exactly as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SCode {
+pub(crate) enum SCode {
     S001,
     S002,
     S003,
@@ -52,14 +52,13 @@ pub enum SCode {
     S213,
     S215,
     S216,
-    S218,
     S300,
     S400,
 }
 
 impl SCode {
     /// The code as it appears in `code`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SCode::S001 => "S001",
             SCode::S002 => "S002",
@@ -73,29 +72,22 @@ impl SCode {
             SCode::S213 => "S213",
             SCode::S215 => "S215",
             SCode::S216 => "S216",
-            SCode::S218 => "S218",
             SCode::S300 => "S300",
             SCode::S400 => "S400",
         }
     }
 
     /// The envelope's `type`.
-    pub fn error_type(self) -> &'static str {
+    pub(crate) fn error_type(self) -> &'static str {
         match self {
             SCode::S001 | SCode::S002 | SCode::S003 | SCode::S004 => "validation",
             SCode::S100 | SCode::S400 => "config",
             SCode::S200 => "execution",
-            SCode::S218 => "transient",
             SCode::S210 | SCode::S211 | SCode::S212 | SCode::S213 | SCode::S215 | SCode::S216 => {
                 "filesystem"
             }
             SCode::S300 => "platform",
         }
-    }
-
-    /// The envelope's `retryable`: only a torn data channel is worth retrying.
-    pub fn retryable(self) -> bool {
-        matches!(self, SCode::S218)
     }
 }
 
@@ -103,7 +95,7 @@ impl SCode {
 /// as the daemon words it (fs messages carry the supervisor's own text after
 /// a kind prefix, hence e.g. "file not found: path not found: /x").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DaemonError {
+pub(crate) enum DaemonError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("sandbox not found: {0}")]
@@ -134,8 +126,6 @@ pub enum DaemonError {
     FsPermission(String),
     #[error("fs i/o error: {0}")]
     FsIo(String),
-    #[error("fs channel aborted: {0}")]
-    FsChannelAborted(String),
     /// A `sandbox::run` sub-step failed: the inner code stays the wire code,
     /// the step and sandbox id travel in `fix`.
     #[error("during sandbox::run step `{step}` (sandbox_id={sandbox_id}): {message}")]
@@ -149,7 +139,7 @@ pub enum DaemonError {
 
 impl DaemonError {
     /// The wire code.
-    pub fn code(&self) -> SCode {
+    pub(crate) fn code(&self) -> SCode {
         match self {
             DaemonError::InvalidRequest(_) => SCode::S001,
             DaemonError::NotFound(_) => SCode::S002,
@@ -165,7 +155,6 @@ impl DaemonError {
             DaemonError::FsAlreadyExists(_) => SCode::S213,
             DaemonError::FsPermission(_) => SCode::S215,
             DaemonError::FsIo(_) => SCode::S216,
-            DaemonError::FsChannelAborted(_) => SCode::S218,
             DaemonError::RunStepFailed { inner, .. } => *inner,
         }
     }
@@ -203,8 +192,7 @@ impl DaemonError {
             | DaemonError::FsWrongType(_)
             | DaemonError::FsAlreadyExists(_)
             | DaemonError::FsPermission(_)
-            | DaemonError::FsIo(_)
-            | DaemonError::FsChannelAborted(_) => (Value::Null, Value::Null),
+            | DaemonError::FsIo(_) => (Value::Null, Value::Null),
         }
     }
 
@@ -221,24 +209,27 @@ impl DaemonError {
         map.insert("fix", fix);
         map.insert("fix_note", fix_note);
         map.insert("message", Value::String(self.to_string()));
-        map.insert("retryable", Value::Bool(code.retryable()));
+        // The daemon's one retryable code, S218, is a torn data channel; the
+        // double streams through no channel, so none of its errors is.
+        map.insert("retryable", Value::Bool(false));
         map.insert("type", Value::String(code.error_type().to_string()));
         map
     }
 
     /// The envelope as a JSON value.
-    pub fn payload(&self) -> Value {
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> Value {
         json!(self.envelope())
     }
 
     /// The envelope serialised the way the handler hands it to the SDK.
-    pub fn wire_json(&self) -> String {
+    pub(crate) fn wire_json(&self) -> String {
         // A BTreeMap of strings and JSON values always serialises.
         serde_json::to_string(&self.envelope()).unwrap_or_else(|_| self.to_string())
     }
 
     /// Wraps a failure of one `sandbox::run` step.
-    pub fn run_step(step: &str, sandbox_id: &str, inner: DaemonError) -> DaemonError {
+    pub(crate) fn run_step(step: &str, sandbox_id: &str, inner: DaemonError) -> DaemonError {
         DaemonError::RunStepFailed {
             step: step.to_string(),
             sandbox_id: sandbox_id.to_string(),
@@ -258,7 +249,7 @@ impl From<DaemonError> for iii_sdk::Error {
 
 /// Classifies an I/O error the way the in-VM supervisor does, with `path`
 /// being the path the caller asked for.
-pub fn from_io(path: &str, err: &std::io::Error) -> DaemonError {
+pub(crate) fn from_io(path: &str, err: &std::io::Error) -> DaemonError {
     match err.kind() {
         std::io::ErrorKind::NotFound => DaemonError::FsNotFound(format!("path not found: {path}")),
         std::io::ErrorKind::AlreadyExists => {

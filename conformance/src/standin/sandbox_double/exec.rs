@@ -24,24 +24,25 @@ use super::isolation::{ExecSpec, ExitKind, ProcHandle};
 use super::registry::Registry;
 
 /// Default `timeout_ms`, before the `max_exec_timeout_ms` clamp.
-pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 300_000;
+pub(crate) const DEFAULT_EXEC_TIMEOUT_MS: u64 = 300_000;
 
 /// PATH of a guest whose env sets none: the daemon's default guest PATH.
-pub const DEFAULT_GUEST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_GUEST_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// HOME of every guest.
-pub const GUEST_HOME: &str = "/root";
+pub(crate) const GUEST_HOME: &str = "/root";
 
 /// How long a killed exec may take to be fully reaped.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
 /// What the daemon reports when a guest dies under a running exec.
-pub const VM_GONE: &str = "shell run: session terminated: vm disconnected mid-run";
+pub(crate) const VM_GONE: &str = "shell run: session terminated: vm disconnected mid-run";
 
 /// Environment input: `["K=V", …]` or `{"K": "V"}`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum EnvShape {
+pub(crate) enum EnvShape {
     /// `["K=V", …]`, passed through unvalidated as on the daemon.
     List(Vec<String>),
     /// `{"K": "V"}`; names must match `[A-Za-z_][A-Za-z0-9_]*`.
@@ -56,7 +57,7 @@ impl Default for EnvShape {
 
 impl EnvShape {
     /// Normalises to `K=V` strings; S001 lists bad names of the map form.
-    pub fn into_kv_vec(self) -> Result<Vec<String>, DaemonError> {
+    pub(crate) fn into_kv_vec(self) -> Result<Vec<String>, DaemonError> {
         match self {
             EnvShape::List(v) => Ok(v),
             EnvShape::Map(m) => {
@@ -80,7 +81,7 @@ fn valid_env_name(name: &str) -> bool {
 
 /// Splits `K=V` strings at the first `=`; entries without one (or with an
 /// empty name) cannot be set in an environment and are skipped.
-pub fn parse_kv(list: &[String]) -> Vec<(String, String)> {
+pub(crate) fn parse_kv(list: &[String]) -> Vec<(String, String)> {
     list.iter()
         .filter_map(|kv| kv.split_once('='))
         .filter(|(k, _)| !k.is_empty())
@@ -90,44 +91,44 @@ pub fn parse_kv(list: &[String]) -> Vec<(String, String)> {
 
 /// `sandbox::exec` request. Unknown fields are ignored.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct ExecRequest {
+pub(crate) struct ExecRequest {
     /// UUID returned by `sandbox::create`.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Binary to run; with whitespace and no `args` it is shell-split
     /// (no shell: no pipes, no `$VAR`).
     #[serde(default)]
-    pub cmd: String,
+    pub(crate) cmd: String,
     /// Arguments to `cmd`.
     #[serde(default)]
-    pub args: Vec<String>,
+    pub(crate) args: Vec<String>,
     /// Alternative shape: binary then arguments; cannot be mixed with
     /// `cmd`/`args`.
     #[serde(default)]
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// Base64 bytes for stdin; missing or "" means immediate EOF.
     #[serde(default)]
-    pub stdin: Option<String>,
+    pub(crate) stdin: Option<String>,
     /// Environment layered over the create-time env.
     #[serde(default)]
-    pub env: EnvShape,
+    pub(crate) env: EnvShape,
     /// Kill-after window in ms (default 300000, clamped to the daemon's max).
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// Working directory inside the sandbox (default `/`).
     #[serde(default)]
-    pub workdir: Option<String>,
+    pub(crate) workdir: Option<String>,
 }
 
 /// `sandbox::exec` response.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct ExecResponse {
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: Option<i32>,
+pub(crate) struct ExecResponse {
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) exit_code: Option<i32>,
     /// Always false: a timeout is the error S200.
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub success: bool,
+    pub(crate) timed_out: bool,
+    pub(crate) duration_ms: u64,
+    pub(crate) success: bool,
 }
 
 impl ExecResponse {
@@ -144,7 +145,7 @@ impl ExecResponse {
 }
 
 /// Picks `(cmd, args)` from the three request shapes.
-pub fn resolve_cmd_shape(
+pub(crate) fn resolve_cmd_shape(
     cmd: &str,
     args: &[String],
     argv: &[String],
@@ -178,7 +179,7 @@ pub fn resolve_cmd_shape(
 }
 
 /// Decodes `stdin`: missing or "" is immediate EOF.
-pub fn decode_stdin(stdin: Option<&str>) -> Result<Vec<u8>, DaemonError> {
+pub(crate) fn decode_stdin(stdin: Option<&str>) -> Result<Vec<u8>, DaemonError> {
     match stdin {
         None | Some("") => Ok(Vec::new()),
         Some(s) => base64::engine::general_purpose::STANDARD
@@ -189,7 +190,10 @@ pub fn decode_stdin(stdin: Option<&str>) -> Result<Vec<u8>, DaemonError> {
 
 /// The guest environment: defaults, then the create-time env, then the
 /// exec's env, later entries replacing earlier ones.
-pub fn layer_env(create: &[(String, String)], exec: &[(String, String)]) -> Vec<(String, String)> {
+pub(crate) fn layer_env(
+    create: &[(String, String)],
+    exec: &[(String, String)],
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), DEFAULT_GUEST_PATH.into()),
         ("HOME".into(), GUEST_HOME.into()),
@@ -205,7 +209,7 @@ pub fn layer_env(create: &[(String, String)], exec: &[(String, String)]) -> Vec<
 
 /// Result of looking a command up in the guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// Guest path to execve.
     Found(String),
     /// ENOENT/ENOTDIR: exit 127.
@@ -240,7 +244,7 @@ fn probe(view: &GuestView, guest: &str) -> Probe {
 
 /// Finds `cmd` as `execvp` would inside the guest: a name with `/` is a
 /// path (relative to `workdir`), anything else is searched in `path_var`.
-pub fn lookup(view: &GuestView, cmd: &str, workdir: &str, path_var: &str) -> Lookup {
+pub(crate) fn lookup(view: &GuestView, cmd: &str, workdir: &str, path_var: &str) -> Lookup {
     let join = |dir: &str, name: &str| {
         let dir = if dir.starts_with('/') {
             dir.to_string()
@@ -319,7 +323,7 @@ impl Drop for Attached<'_> {
 }
 
 /// Handles `sandbox::exec`.
-pub async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, DaemonError> {
+pub(crate) async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let (cmd, args) = resolve_cmd_shape(&req.cmd, &req.args, &req.argv)?;
     if cmd.is_empty() {

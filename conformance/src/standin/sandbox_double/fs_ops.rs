@@ -37,7 +37,7 @@ mod image_rootfs;
 use image_rootfs::*;
 
 /// Files under this size come back inline as `body`.
-pub const INLINE_CAP: usize = 1024 * 1024;
+pub(crate) const INLINE_CAP: usize = 1024 * 1024;
 
 // ---------------------------------------------------------------------------
 // Wire types
@@ -46,32 +46,38 @@ pub const INLINE_CAP: usize = 1024 * 1024;
 /// File body of `fs::write`: a UTF-8 string, or a data-channel reader ref.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum WriteContent {
+pub(crate) enum WriteContent {
     /// Inline UTF-8 text, written verbatim.
     Utf8(String),
     /// A data channel to stream from (not available on this double).
-    Stream(StreamChannelRef),
+    Stream(
+        #[expect(
+            dead_code,
+            reason = "recognised so the double can refuse it; never streamed from"
+        )]
+        StreamChannelRef,
+    ),
 }
 
 /// `sandbox::fs::write` request.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct WriteRequest {
+pub(crate) struct WriteRequest {
     /// UUID returned by `sandbox::create`.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Absolute guest path.
-    pub path: String,
+    pub(crate) path: String,
     /// Octal permissions of the file (default `0644`).
     #[serde(default = "file_mode")]
-    pub mode: String,
+    pub(crate) mode: String,
     /// Create missing parent directories.
     #[serde(default)]
-    pub parents: bool,
+    pub(crate) parents: bool,
     /// File body; exactly one of `content` and `content_b64`.
     #[serde(default)]
-    pub content: Option<WriteContent>,
+    pub(crate) content: Option<WriteContent>,
     /// Base64 file body.
     #[serde(default)]
-    pub content_b64: Option<String>,
+    pub(crate) content_b64: Option<String>,
 }
 
 fn file_mode() -> String {
@@ -84,52 +90,52 @@ fn dir_mode() -> String {
 
 /// `sandbox::fs::write` response.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct WriteResponse {
-    pub bytes_written: u64,
-    pub path: String,
+pub(crate) struct WriteResponse {
+    pub(crate) bytes_written: u64,
+    pub(crate) path: String,
 }
 
 /// `sandbox::fs::read` request.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct ReadRequest {
+pub(crate) struct ReadRequest {
     /// UUID returned by `sandbox::create`.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Absolute guest path.
-    pub path: String,
+    pub(crate) path: String,
 }
 
 /// `sandbox::fs::read` response. `content` is the daemon's data-channel
 /// ref; this double has no channels, so it is always null and `body`
 /// carries UTF-8 files under 1 MiB.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ReadResponse {
-    pub content: Option<StreamChannelRef>,
+pub(crate) struct ReadResponse {
+    pub(crate) content: Option<StreamChannelRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    pub size: u64,
-    pub mode: String,
-    pub mtime: i64,
+    pub(crate) body: Option<String>,
+    pub(crate) size: u64,
+    pub(crate) mode: String,
+    pub(crate) mtime: i64,
 }
 
 /// `sandbox::fs::mkdir` request.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct MkdirRequest {
+pub(crate) struct MkdirRequest {
     /// UUID returned by `sandbox::create`.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Absolute guest path.
-    pub path: String,
+    pub(crate) path: String,
     /// Octal permissions of the new directory (default `0755`).
     #[serde(default = "dir_mode")]
-    pub mode: String,
+    pub(crate) mode: String,
     /// Create missing parents like `mkdir -p` (an existing path is then ok).
     #[serde(default)]
-    pub parents: bool,
+    pub(crate) parents: bool,
 }
 
 /// `sandbox::fs::mkdir` response.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct MkdirResponse {
-    pub created: bool,
+pub(crate) struct MkdirResponse {
+    pub(crate) created: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -138,7 +144,10 @@ pub struct MkdirResponse {
 
 /// Handles `sandbox::fs::write`: body checks, then S001/S002/S004, then
 /// the write.
-pub async fn handle_write(d: &Daemon, req: WriteRequest) -> Result<WriteResponse, DaemonError> {
+pub(crate) async fn handle_write(
+    d: &Daemon,
+    req: WriteRequest,
+) -> Result<WriteResponse, DaemonError> {
     let bytes = match (req.content, req.content_b64) {
         (Some(WriteContent::Utf8(s)), None) => s.into_bytes(),
         (Some(WriteContent::Stream(_)), None) => {
@@ -173,7 +182,7 @@ pub async fn handle_write(d: &Daemon, req: WriteRequest) -> Result<WriteResponse
 }
 
 /// Handles `sandbox::fs::read`.
-pub async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, DaemonError> {
+pub(crate) async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
@@ -182,7 +191,10 @@ pub async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResponse, D
 }
 
 /// Handles `sandbox::fs::mkdir`.
-pub async fn handle_mkdir(d: &Daemon, req: MkdirRequest) -> Result<MkdirResponse, DaemonError> {
+pub(crate) async fn handle_mkdir(
+    d: &Daemon,
+    req: MkdirRequest,
+) -> Result<MkdirResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
@@ -203,7 +215,7 @@ async fn blocking<T: Send + 'static>(
 // ---------------------------------------------------------------------------
 
 /// Parses an octal mode such as `0755`; S210 otherwise.
-pub fn parse_mode(mode: &str) -> Result<u32, DaemonError> {
+pub(crate) fn parse_mode(mode: &str) -> Result<u32, DaemonError> {
     let digits = mode.trim_start_matches('0');
     let digits = if digits.is_empty() { "0" } else { digits };
     u32::from_str_radix(digits, 8)
@@ -305,7 +317,7 @@ fn mkdir_all(root: &OwnedFd, guest: &Path) -> std::io::Result<OwnedFd> {
 
 /// Writes `bytes` to `path` atomically (temp sibling, fsync, chmod,
 /// rename), as the supervisor does.
-pub fn write_file(
+pub(crate) fn write_file(
     view: &GuestView,
     path: &str,
     mode: &str,
@@ -390,7 +402,7 @@ fn write_atomically(dir: &OwnedFd, name: &OsStr, bits: u32, bytes: &[u8]) -> std
 
 /// Reads `path`: metadata always, the body inline when it is valid UTF-8
 /// and under 1 MiB.
-pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, DaemonError> {
+pub(crate) fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, DaemonError> {
     require_absolute(path)?;
     let target = resolve(view, path, path)?;
     let io = |e: std::io::Error| from_io(path, &e);
@@ -450,7 +462,7 @@ pub fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, DaemonErr
 
 /// Creates a directory; with `parents`, like `mkdir -p` (an existing path
 /// answers `created:false`).
-pub fn make_dir(
+pub(crate) fn make_dir(
     view: &GuestView,
     path: &str,
     mode: &str,

@@ -28,7 +28,7 @@ const SPECIAL: [&str; 2] = ["dev", "proc"];
 
 /// Which part of the guest tree a path lands in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Region {
+pub(crate) enum Region {
     /// The sandbox's private, writable scratch tree.
     Scratch,
     /// The image's rootfs (`/usr`, `/etc`, `/opt`...), shared by every
@@ -40,19 +40,19 @@ pub enum Region {
 
 /// A guest path with every symlink followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Absolute, normalised guest path containing no symlinks.
-    pub guest: PathBuf,
-    pub region: Region,
+    pub(crate) guest: PathBuf,
+    pub(crate) region: Region,
     /// Where the guest path lives on the host (meaningless for `Special`;
     /// for `Image`, the topmost layer holding it, or a path that exists
     /// nowhere when it does not exist).
-    pub host: PathBuf,
+    pub(crate) host: PathBuf,
 }
 
 /// Why a guest path cannot be resolved.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("path must be absolute: {0}")]
     Relative(String),
     #[error("path contains a NUL byte")]
@@ -63,29 +63,29 @@ pub enum ResolveError {
 
 /// One sandbox's filesystem as its guest sees it.
 #[derive(Debug, Clone)]
-pub struct GuestView {
+pub(crate) struct GuestView {
     root: PathBuf,
     layer: Arc<ImageLayer>,
 }
 
 impl GuestView {
     /// `root` is the scratch directory; `layer` the image's rootfs layer.
-    pub fn new(root: PathBuf, layer: Arc<ImageLayer>) -> GuestView {
+    pub(crate) fn new(root: PathBuf, layer: Arc<ImageLayer>) -> GuestView {
         GuestView { root, layer }
     }
 
     /// The image's shared rootfs layer.
-    pub fn layer(&self) -> &ImageLayer {
+    pub(crate) fn layer(&self) -> &ImageLayer {
         &self.layer
     }
 
     /// The scratch directory on the host.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The region an absolute, normalised guest path is in.
-    pub fn region_of(&self, guest: &Path) -> Region {
+    pub(crate) fn region_of(&self, guest: &Path) -> Region {
         let first = guest
             .components()
             .find_map(|c| match c {
@@ -103,7 +103,7 @@ impl GuestView {
     }
 
     /// Host location of an absolute, normalised guest path.
-    pub fn host_path(&self, guest: &Path) -> PathBuf {
+    pub(crate) fn host_path(&self, guest: &Path) -> PathBuf {
         match self.region_of(guest) {
             Region::Image => match self.layer.lookup(guest) {
                 Some(found) => found.path().to_path_buf(),
@@ -119,7 +119,7 @@ impl GuestView {
     /// a symlink in the last component is left as is (lstat semantics).
     /// Components that do not exist are kept lexically: nothing below a
     /// missing directory can be a symlink.
-    pub fn resolve(&self, path: &str, follow_final: bool) -> Result<Resolved, ResolveError> {
+    pub(crate) fn resolve(&self, path: &str, follow_final: bool) -> Result<Resolved, ResolveError> {
         if path.contains('\0') {
             return Err(ResolveError::Nul);
         }
@@ -209,7 +209,7 @@ fn join_guest(stack: &[OsString]) -> PathBuf {
 
 /// Splits an absolute guest path into its parent and final name. `None`
 /// when the path names no entry of its own (`/`, or ends in `.`/`..`).
-pub fn split_parent(path: &str) -> Option<(String, OsString)> {
+pub(crate) fn split_parent(path: &str) -> Option<(String, OsString)> {
     let p = Path::new(path);
     match p.components().next_back() {
         Some(Component::Normal(name)) => {
@@ -241,11 +241,11 @@ mod tests {
 
     /// Minimal self-cleaning temp dir (no extra dev-dependency needed).
     mod tempdir {
-        pub struct Dir {
-            pub path: std::path::PathBuf,
+        pub(crate) struct Dir {
+            pub(crate) path: std::path::PathBuf,
         }
         impl Dir {
-            pub fn new() -> Dir {
+            pub(crate) fn new() -> Dir {
                 let path =
                     std::env::temp_dir().join(format!("guest-path-test-{}", uuid::Uuid::new_v4()));
                 std::fs::create_dir_all(&path).expect("temp dir");

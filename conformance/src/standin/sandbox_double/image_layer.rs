@@ -55,18 +55,18 @@ const OPAQUE_XATTR: &[u8] = b"user.overlay.opaque\0";
 
 /// One top-level directory of the image rootfs.
 #[derive(Debug, Clone)]
-pub struct LayerDir {
+pub(crate) struct LayerDir {
     /// Top-level name, e.g. `usr`.
-    pub name: String,
+    pub(crate) name: String,
     /// The image's shared writable directory for it.
-    pub upper: PathBuf,
+    pub(crate) upper: PathBuf,
     /// The host directory under it (read-only), if any.
-    pub lower: Option<PathBuf>,
+    pub(crate) lower: Option<PathBuf>,
 }
 
 /// Where a guest path of the image rootfs lives on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     /// In the shared writable layer (guest-writable: open it race-free).
     Upper(PathBuf),
     /// In a host directory no guest can modify.
@@ -75,7 +75,7 @@ pub enum Found {
 
 impl Found {
     /// The host path, whichever layer holds it.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             Found::Upper(p) | Found::Lower(p) => p,
         }
@@ -85,14 +85,14 @@ impl Found {
 /// An image's shared layer: `<root>/upper/<name>` per top-level directory,
 /// `<root>/work/<exec>/<name>` for each live exec's overlay workdirs.
 #[derive(Debug)]
-pub struct ImageLayer {
+pub(crate) struct ImageLayer {
     root: PathBuf,
     dirs: Vec<LayerDir>,
 }
 
 impl ImageLayer {
     /// Creates the layer's directories under `root` (which must not exist).
-    pub fn create(root: PathBuf, layout: &HostLayout) -> std::io::Result<ImageLayer> {
+    pub(crate) fn create(root: PathBuf, layout: &HostLayout) -> std::io::Result<ImageLayer> {
         std::fs::create_dir_all(root.join("upper"))?;
         std::fs::create_dir_all(root.join("work"))?;
         let mut dirs = Vec::new();
@@ -125,18 +125,21 @@ impl ImageLayer {
     }
 
     /// Every top-level directory the layer provides.
-    pub fn dirs(&self) -> &[LayerDir] {
+    pub(crate) fn dirs(&self) -> &[LayerDir] {
         &self.dirs
     }
 
     /// The layer directory a top-level name belongs to.
-    pub fn dir(&self, name: &str) -> Option<&LayerDir> {
+    pub(crate) fn dir(&self, name: &str) -> Option<&LayerDir> {
         self.dirs.iter().find(|d| d.name == name)
     }
 
     /// Splits an absolute, normalised guest path into its layer directory
     /// and the components below it. `None` outside the layer.
-    pub fn split<'a>(&self, guest: &'a Path) -> Option<(&LayerDir, Vec<&'a std::ffi::OsStr>)> {
+    pub(crate) fn split<'a>(
+        &self,
+        guest: &'a Path,
+    ) -> Option<(&LayerDir, Vec<&'a std::ffi::OsStr>)> {
         let mut comps = guest.components().filter_map(|c| match c {
             Component::Normal(n) => Some(n),
             _ => None,
@@ -148,7 +151,7 @@ impl ImageLayer {
 
     /// Looks a guest path up in the merged tree without following
     /// symlinks. `None`: it does not exist (or a whiteout hides it).
-    pub fn lookup(&self, guest: &Path) -> Option<Found> {
+    pub(crate) fn lookup(&self, guest: &Path) -> Option<Found> {
         let (dir, rel) = self.split(guest)?;
         let mut upper = Some(dir.upper.clone());
         let mut lower = dir.lower.clone();
@@ -186,14 +189,14 @@ impl ImageLayer {
 
     /// A host path that exists nowhere, for a guest path that does not
     /// exist: callers that stat it see ENOENT.
-    pub fn nowhere(&self, guest: &Path) -> PathBuf {
+    pub(crate) fn nowhere(&self, guest: &Path) -> PathBuf {
         self.root
             .join("absent")
             .join(guest.strip_prefix("/").unwrap_or(guest))
     }
 
     /// Fresh overlay workdirs for one exec (one per lowered directory).
-    pub fn workdirs(&self) -> std::io::Result<ExecWorkdirs> {
+    pub(crate) fn workdirs(&self) -> std::io::Result<ExecWorkdirs> {
         let base = self.root.join("work").join(Uuid::new_v4().to_string());
         std::fs::create_dir(&base)?;
         let dirs = ExecWorkdirs { base };
@@ -204,25 +207,25 @@ impl ImageLayer {
     }
 
     /// Deletes the whole layer (every image write). Only once no exec runs.
-    pub fn remove(&self) -> std::io::Result<()> {
+    pub(crate) fn remove(&self) -> std::io::Result<()> {
         remove_tree(&self.root)
     }
 }
 
 /// One exec's overlay workdirs; removed once its namespace is gone.
 #[derive(Debug)]
-pub struct ExecWorkdirs {
+pub(crate) struct ExecWorkdirs {
     base: PathBuf,
 }
 
 impl ExecWorkdirs {
     /// The workdir of top-level directory `name`.
-    pub fn for_dir(&self, name: &str) -> PathBuf {
+    pub(crate) fn for_dir(&self, name: &str) -> PathBuf {
         self.base.join(name)
     }
 
     /// Deletes them (overlayfs leaves a mode-000 `work` directory inside).
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         let _ = remove_tree(&self.base);
     }
 }
@@ -255,12 +258,12 @@ fn chmod_dirs(dir: &Path) {
 }
 
 /// Whether an upper entry is an overlayfs whiteout.
-pub fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+pub(crate) fn is_whiteout(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
 /// Whether an upper directory is marked opaque.
-pub fn is_opaque(path: &Path) -> bool {
+pub(crate) fn is_opaque(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return false;
@@ -280,7 +283,7 @@ pub fn is_opaque(path: &Path) -> bool {
 
 /// Marks a directory (by fd) opaque, so a recreated directory does not
 /// show its deleted lower twin's children.
-pub fn mark_opaque(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
+pub(crate) fn mark_opaque(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
     // SAFETY: a valid fd, a NUL-terminated name, a one-byte value.
     let r = unsafe {
         libc::fsetxattr(
@@ -304,10 +307,10 @@ pub(crate) mod testing {
     use super::*;
     use std::sync::Arc;
 
-    pub struct TempLayer(pub Arc<ImageLayer>);
+    pub(crate) struct TempLayer(pub Arc<ImageLayer>);
 
     impl TempLayer {
-        pub fn new() -> TempLayer {
+        pub(crate) fn new() -> TempLayer {
             let layout = HostLayout::detect().expect("host layout");
             let root = std::env::temp_dir().join(format!("scr-layer-test-{}", Uuid::new_v4()));
             TempLayer(Arc::new(ImageLayer::create(root, &layout).expect("layer")))

@@ -30,7 +30,6 @@
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -40,12 +39,13 @@ use hakoniwa::{Container, MountOptions, Namespace, Runctl, Stdio};
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
-use super::guest_path::GuestView;
 use super::image_layer::{ExecWorkdirs, ImageLayer};
 use super::network::GuestNet;
 
 mod process;
-pub use process::*;
+mod scratch;
+pub(crate) use process::*;
+pub(crate) use scratch::{HostLayout, Scratch};
 
 /// Moves the calling thread into the network namespace `fd`.
 fn set_net(fd: libc::c_int) -> std::io::Result<()> {
@@ -57,7 +57,7 @@ fn set_net(fd: libc::c_int) -> std::io::Result<()> {
 }
 
 /// Each stream is silently cut at 1 MiB, as the daemon's output sink does.
-pub const OUTPUT_CAP: usize = 1_048_576;
+pub(crate) const OUTPUT_CAP: usize = 1_048_576;
 
 /// Exit status the init reports when it cannot run the program at all.
 const INIT_FAILURE: i32 = 125;
@@ -66,122 +66,12 @@ const INIT_FAILURE: i32 = 125;
 /// bounding set so guest root cannot unmount or remount its rootfs.
 const CAP_SYS_ADMIN: libc::c_ulong = 21;
 
-/// Top-level host directories an image rootfs is layered over. `usr` and
-/// `etc` are required.
-const HOST_DIRS: [&str; 8] = [
-    "usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "libx32",
-];
-
-/// How the host's top level maps into every sandbox.
-#[derive(Debug, Clone)]
-pub struct HostLayout {
-    /// Names overlaid from the host (real directories there).
-    pub lowered: Vec<String>,
-    /// Names that are symlinks on the host (e.g. `bin -> usr/bin` on a
-    /// merged-/usr system); recreated as the same symlinks in each scratch.
-    pub symlinks: Vec<(String, PathBuf)>,
-}
-
-impl HostLayout {
-    /// Reads the host's top level. Errors when `/usr` or `/etc` is missing:
-    /// without them no guest program can run.
-    pub fn detect() -> Result<HostLayout, String> {
-        let mut lowered = Vec::new();
-        let mut symlinks = Vec::new();
-        for name in HOST_DIRS {
-            let p = Path::new("/").join(name);
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                if let Ok(target) = std::fs::read_link(&p) {
-                    symlinks.push((name.to_string(), target));
-                }
-            } else if meta.is_dir() {
-                lowered.push(name.to_string());
-            }
-        }
-        for required in ["usr", "etc"] {
-            if !lowered.iter().any(|n| n == required) {
-                return Err(format!("host has no /{required} directory to layer"));
-            }
-        }
-        Ok(HostLayout { lowered, symlinks })
-    }
-}
-
-/// A sandbox's private root on the host.
-#[derive(Debug)]
-pub struct Scratch {
-    view: GuestView,
-}
-
-impl Scratch {
-    /// Creates `scr-sandbox-<id>` (on the host's tmpfs when usable, see
-    /// `private_tmpfs`) with the guest's skeleton:
-    /// mount points for the image's rootfs directories, host symlinks, and
-    /// the private `/tmp` and `/run`.
-    pub fn create(
-        layout: &HostLayout,
-        layer: Arc<ImageLayer>,
-        id: Uuid,
-    ) -> std::io::Result<Scratch> {
-        let root = super::private_tmpfs::scratch_parent().join(format!("scr-sandbox-{id}"));
-        std::fs::create_dir(&root)?;
-        let result = (|| {
-            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
-            for (dir, mode) in [
-                ("tmp", 0o1777),
-                ("run", 0o755),
-                ("dev", 0o755),
-                ("proc", 0o555),
-            ] {
-                let p = root.join(dir);
-                std::fs::create_dir(&p)?;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
-            }
-            for d in layer.dirs() {
-                std::fs::create_dir(root.join(&d.name))?;
-            }
-            for (name, target) in &layout.symlinks {
-                symlink(target, root.join(name))?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_dir_all(&root);
-            return Err(e);
-        }
-        Ok(Scratch {
-            view: GuestView::new(root, layer),
-        })
-    }
-
-    /// The scratch directory.
-    pub fn path(&self) -> &Path {
-        self.view.root()
-    }
-
-    /// The guest's view of this scratch.
-    pub fn view(&self) -> &GuestView {
-        &self.view
-    }
-
-    /// Deletes the scratch tree. Only call once no exec is alive in it.
-    pub fn remove(&self) -> std::io::Result<()> {
-        match std::fs::remove_dir_all(self.path()) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
-    }
-}
-
 type SpawnReply = oneshot::Sender<hakoniwa::Result<hakoniwa::Child>>;
 /// A command, the sandbox network it joins (if any), and where to answer.
 type SpawnJob = (hakoniwa::Command, Option<Arc<GuestNet>>, SpawnReply);
 
 /// Spawns sandboxed processes from one long-lived thread (see module docs).
-pub struct Isolation {
+pub(crate) struct Isolation {
     layout: HostLayout,
     /// The double's own state: `<temp>/scr-double-<uuid>/<image>/...`.
     state: PathBuf,
@@ -194,7 +84,7 @@ pub struct Isolation {
 impl Isolation {
     /// Reads the host layout and starts the spawner thread. Does not yet
     /// prove namespaces work; see [`Isolation::probe`].
-    pub fn new() -> Result<Isolation, String> {
+    pub(crate) fn new() -> Result<Isolation, String> {
         let layout = HostLayout::detect()?;
         let (tx, rx) = mpsc::channel::<SpawnJob>();
         let thread = std::thread::Builder::new()
@@ -245,13 +135,8 @@ impl Isolation {
         })
     }
 
-    /// How the host's top level maps into sandboxes.
-    pub fn layout(&self) -> &HostLayout {
-        &self.layout
-    }
-
     /// The shared writable rootfs layer of `image`, created on first use.
-    pub fn layer(&self, image: &str) -> std::io::Result<Arc<ImageLayer>> {
+    pub(crate) fn layer(&self, image: &str) -> std::io::Result<Arc<ImageLayer>> {
         let mut layers = self.layers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = layers.get(image) {
             return Ok(l.clone());
@@ -265,13 +150,13 @@ impl Isolation {
     }
 
     /// A new sandbox of `image`: its private scratch over the image layer.
-    pub fn scratch(&self, image: &str, id: Uuid) -> std::io::Result<Scratch> {
+    pub(crate) fn scratch(&self, image: &str, id: Uuid) -> std::io::Result<Scratch> {
         Scratch::create(&self.layout, self.layer(image)?, id)
     }
 
     /// Deletes every image layer and the state directory. Only once no
     /// sandbox is left.
-    pub fn discard_state(&self) {
+    pub(crate) fn discard_state(&self) {
         self.layers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -283,7 +168,7 @@ impl Isolation {
     /// writes `/tmp/<marker>`, which must land in a scratch directory and
     /// not in the host's /tmp, and its parent must be PID 1. Any failure
     /// means isolation is unavailable and the double must not start.
-    pub async fn probe(&self) -> Result<(), String> {
+    pub(crate) async fn probe(&self) -> Result<(), String> {
         let id = Uuid::new_v4();
         let layer = Arc::new(
             ImageLayer::create(self.state.join(format!("probe-{id}")), &self.layout)
@@ -371,13 +256,17 @@ impl Isolation {
 
     /// Starts `spec` inside `scratch`'s sandbox. The output is collected on
     /// helper threads; see [`Running::outcome`].
-    pub async fn spawn(&self, scratch: &Scratch, spec: &ExecSpec) -> std::io::Result<Running> {
+    pub(crate) async fn spawn(
+        &self,
+        scratch: &Scratch,
+        spec: &ExecSpec,
+    ) -> std::io::Result<Running> {
         self.spawn_in(scratch, spec, None).await
     }
 
     /// [`Isolation::spawn`], inside `net` (a `network:true` sandbox's own
     /// network) when given; `spec.network` must then be true.
-    pub async fn spawn_in(
+    pub(crate) async fn spawn_in(
         &self,
         scratch: &Scratch,
         spec: &ExecSpec,

@@ -17,7 +17,7 @@ use super::registry::{capacity_error, Entry, StopClaim, Summary};
 /// Catalog presets: name, OCI ref. The double runs them on the host's
 /// `/usr/bin/node` and `/usr/bin/python3` (Debian's, with pip), each image
 /// with its own shared writable rootfs layer.
-pub const PRESETS: [(&str, &str); 2] = [
+pub(crate) const PRESETS: [(&str, &str); 2] = [
     ("python", "docker.io/iiidev/python:latest"),
     ("node", "docker.io/iiidev/node:latest"),
 ];
@@ -27,47 +27,58 @@ pub const PRESETS: [(&str, &str); 2] = [
 /// reaches the host's 127.0.0.1; `127.0.0.1` itself when the host has no
 /// slirp4netns and guests share its network). Only a scheme plus an
 /// explicit port is touched.
-pub fn rewrite_loopback(kv: &str, gateway: &str) -> String {
+pub(crate) fn rewrite_loopback(kv: &str, gateway: &str) -> String {
     kv.replace("://localhost:", &format!("://{gateway}:"))
         .replace("://127.0.0.1:", &format!("://{gateway}:"))
 }
 
 /// `sandbox::create` request. Unknown fields are ignored.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct CreateRequest {
+pub(crate) struct CreateRequest {
     /// Catalog name: `python` or `node` (never an OCI ref).
-    pub image: String,
+    pub(crate) image: String,
     /// vCPUs (accepted, not enforced by the double).
     #[serde(default)]
-    pub cpus: Option<u32>,
+    #[expect(
+        dead_code,
+        reason = "part of the daemon's request schema; not enforced"
+    )]
+    pub(crate) cpus: Option<u32>,
     /// Memory in MiB (accepted, not enforced by the double).
     #[serde(default)]
-    pub memory_mb: Option<u32>,
+    #[expect(
+        dead_code,
+        reason = "part of the daemon's request schema; not enforced"
+    )]
+    pub(crate) memory_mb: Option<u32>,
     /// Label shown by `sandbox::list`.
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Outbound network (default false); loopback URLs in `env` are
     /// rewritten when true.
     #[serde(default)]
-    pub network: Option<bool>,
+    pub(crate) network: Option<bool>,
     /// Idle seconds before the reaper stops it.
     #[serde(default)]
-    pub idle_timeout_secs: Option<u64>,
+    pub(crate) idle_timeout_secs: Option<u64>,
     /// Environment of every exec: `["K=V"]` or `{"K":"V"}`.
     #[serde(default)]
-    pub env: EnvShape,
+    pub(crate) env: EnvShape,
 }
 
 /// `sandbox::create` response.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct CreateResponse {
-    pub sandbox_id: String,
-    pub image: String,
+pub(crate) struct CreateResponse {
+    pub(crate) sandbox_id: String,
+    pub(crate) image: String,
 }
 
 /// Handles `sandbox::create`, checking in the daemon's order: capacity
 /// (S400), image (S100), env names (S001).
-pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateResponse, DaemonError> {
+pub(crate) async fn handle_create(
+    d: &Daemon,
+    req: CreateRequest,
+) -> Result<CreateResponse, DaemonError> {
     let capacity = d.limits.max_concurrent_sandboxes;
     if d.registry.count() >= capacity {
         return Err(capacity_error(capacity));
@@ -121,24 +132,28 @@ pub async fn handle_create(d: &Daemon, req: CreateRequest) -> Result<CreateRespo
 
 /// `sandbox::stop` request; `wait` is accepted and ignored, as on the daemon.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct StopRequest {
+pub(crate) struct StopRequest {
     /// UUID returned by `sandbox::create`.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Ignored.
     #[serde(default)]
-    pub wait: bool,
+    #[expect(
+        dead_code,
+        reason = "part of the daemon's request schema; ignored there too"
+    )]
+    pub(crate) wait: bool,
 }
 
 /// `sandbox::stop` response.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct StopResponse {
-    pub sandbox_id: String,
-    pub stopped: bool,
+pub(crate) struct StopResponse {
+    pub(crate) sandbox_id: String,
+    pub(crate) stopped: bool,
 }
 
 /// Handles `sandbox::stop`: S001 bad id, S002 unknown; a sandbox already
 /// being stopped answers `stopped:true` at once.
-pub async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, DaemonError> {
+pub(crate) async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
     if let StopClaim::Claimed(work) = d.registry.begin_stop(id)? {
         d.registry.finish_stop(work, d.stop_grace()).await;
@@ -151,16 +166,16 @@ pub async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, D
 
 /// `sandbox::list` request (no fields; anything sent is ignored).
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct ListRequest {}
+pub(crate) struct ListRequest {}
 
 /// `sandbox::list` response.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct ListResponse {
-    pub sandboxes: Vec<Summary>,
+pub(crate) struct ListResponse {
+    pub(crate) sandboxes: Vec<Summary>,
 }
 
 /// Handles `sandbox::list`. Never fails; does not reset idle clocks.
-pub fn handle_list(d: &Daemon) -> ListResponse {
+pub(crate) fn handle_list(d: &Daemon) -> ListResponse {
     ListResponse {
         sandboxes: d.registry.summaries(),
     }
@@ -168,32 +183,36 @@ pub fn handle_list(d: &Daemon) -> ListResponse {
 
 /// `sandbox::catalog::list` request (no fields).
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-pub struct CatalogListRequest {}
+pub(crate) struct CatalogListRequest {}
 
 /// Whether an image is bundled or operator-registered.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub enum CatalogKind {
+pub(crate) enum CatalogKind {
     Preset,
+    #[expect(
+        dead_code,
+        reason = "part of the daemon's response schema; the double registers no image"
+    )]
     Custom,
 }
 
 /// One catalog row.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct CatalogEntry {
-    pub name: String,
-    pub oci_ref: String,
-    pub kind: CatalogKind,
+pub(crate) struct CatalogEntry {
+    pub(crate) name: String,
+    pub(crate) oci_ref: String,
+    pub(crate) kind: CatalogKind,
 }
 
 /// `sandbox::catalog::list` response.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct CatalogListResponse {
-    pub images: Vec<CatalogEntry>,
+pub(crate) struct CatalogListResponse {
+    pub(crate) images: Vec<CatalogEntry>,
 }
 
 /// Handles `sandbox::catalog::list`: the two presets.
-pub fn handle_catalog() -> CatalogListResponse {
+pub(crate) fn handle_catalog() -> CatalogListResponse {
     CatalogListResponse {
         images: PRESETS
             .iter()

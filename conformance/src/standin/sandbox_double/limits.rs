@@ -44,30 +44,30 @@ impl Default for SandboxLimits {
 pub struct SandboxArgs {
     /// Maximum live sandboxes (the daemon's max_concurrent_sandboxes).
     #[arg(long = "sandbox-capacity", default_value_t = 32)]
-    pub capacity: usize,
+    pub(crate) capacity: usize,
     /// Concurrent execs per sandbox (the daemon's max_concurrent_exec_per_sandbox).
     #[arg(long = "sandbox-exec-cap", default_value_t = 4)]
-    pub exec_cap: usize,
+    pub(crate) exec_cap: usize,
     /// Ceiling on every exec's timeout_ms.
     #[arg(long = "sandbox-max-exec-timeout-ms", default_value_t = 300_000)]
-    pub max_exec_timeout_ms: u64,
+    pub(crate) max_exec_timeout_ms: u64,
     /// Idle timeout of sandboxes created without idle_timeout_secs.
     #[arg(long = "sandbox-idle-timeout-secs", default_value_t = 300)]
-    pub idle_timeout_secs: u64,
+    pub(crate) idle_timeout_secs: u64,
     /// Interval of the idle reaper's scan.
     #[arg(long = "sandbox-reaper-interval-ms", default_value_t = 10_000)]
-    pub reaper_interval_ms: u64,
+    pub(crate) reaper_interval_ms: u64,
     /// Modelled guest boot time, paid by the first exec/fs call of a sandbox.
     #[arg(long = "sandbox-boot-delay-ms", default_value_t = 0)]
-    pub boot_delay_ms: u64,
+    pub(crate) boot_delay_ms: u64,
     /// Grace between SIGTERM and SIGKILL when a sandbox stops.
     #[arg(long = "sandbox-stop-grace-ms", default_value_t = 200)]
-    pub stop_grace_ms: u64,
+    pub(crate) stop_grace_ms: u64,
 }
 
 impl SandboxArgs {
     /// The limits these flags describe.
-    pub fn limits(&self) -> SandboxLimits {
+    pub(crate) fn limits(&self) -> SandboxLimits {
         SandboxLimits {
             max_concurrent_sandboxes: self.capacity,
             max_concurrent_exec_per_sandbox: self.exec_cap,

@@ -12,19 +12,19 @@
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
 
-pub mod daemon;
-pub mod error;
-pub mod exec;
-pub mod fs_ops;
-pub mod guest_path;
-pub mod image_layer;
-pub mod isolation;
-pub mod lifecycle;
-pub mod limits;
+pub(crate) mod daemon;
+pub(crate) mod error;
+pub(crate) mod exec;
+pub(crate) mod fs_ops;
+pub(crate) mod guest_path;
+pub(crate) mod image_layer;
+pub(crate) mod isolation;
+pub(crate) mod lifecycle;
+pub(crate) mod limits;
 pub mod network;
 pub mod private_tmpfs;
-pub mod registry;
-pub mod run;
+pub(crate) mod registry;
+pub(crate) mod run;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,10 +44,10 @@ use error::DaemonError;
 use isolation::Isolation;
 
 /// The worker name the real daemon registers under.
-pub const WORKER_NAME: &str = "iii-sandbox";
+pub(crate) const WORKER_NAME: &str = "iii-sandbox";
 
 /// Every function the double serves.
-pub const FUNCTIONS: [&str; 9] = [
+pub(crate) const FUNCTIONS: [&str; 9] = [
     "sandbox::create",
     "sandbox::exec",
     "sandbox::stop",
@@ -169,9 +169,10 @@ impl SandboxDouble {
             .wait_until_registered(READY_TIMEOUT)
             .await
             .map_err(|e| e.to_string())?;
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            let listed = self
+        // An engine without the listing builtin answers an error: then
+        // registration is all there is to wait for.
+        let listed = crate::standin::wait::until(READY_TIMEOUT, || async {
+            let Ok(listed) = self
                 .client
                 .trigger(TriggerRequest {
                     function_id: "engine::functions::list".to_string(),
@@ -179,23 +180,21 @@ impl SandboxDouble {
                     action: None,
                     timeout_ms: Some(2_000),
                 })
-                .await;
-            let Ok(listed) = listed else {
-                // An engine without the listing builtin: registration is
-                // all we can wait for.
-                return Ok(());
+                .await
+            else {
+                return true;
             };
             let ids: Vec<&str> = listed["functions"]
                 .as_array()
                 .map(|a| a.iter().filter_map(|f| f["function_id"].as_str()).collect())
                 .unwrap_or_default();
-            if FUNCTIONS.iter().all(|f| ids.contains(f)) {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err("the engine never listed the sandbox::* functions".to_string());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            FUNCTIONS.iter().all(|f| ids.contains(f))
+        })
+        .await;
+        if listed {
+            Ok(())
+        } else {
+            Err("the engine never listed the sandbox::* functions".to_string())
         }
     }
 
@@ -255,46 +254,49 @@ impl Drop for SandboxDouble {
     }
 }
 
-/// Registers one typed handler, run on the double's runtime. A payload that
-/// does not deserialize fails in the SDK (`serialization error: …`) before
-/// the handler runs, as on the daemon.
-fn register<Req, Resp, F, Fut>(
-    client: &IIIClient,
-    rt: &tokio::runtime::Handle,
-    daemon: &Arc<Daemon>,
-    id: &str,
-    description: &str,
-    handler: F,
-) -> FunctionRef
-where
-    Req: DeserializeOwned + JsonSchema + Send + 'static,
-    Resp: Serialize + JsonSchema + Send + 'static,
-    F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
-    Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
-{
-    let rt = rt.clone();
-    let daemon = daemon.clone();
-    let name = id.to_string();
-    client.register_function(
-        id,
-        RegisterFunction::new_async(move |req: Req| {
-            let task = rt.spawn(handler(daemon.clone(), req));
-            let name = name.clone();
-            async move {
-                match task.await {
-                    Ok(Ok(resp)) => Ok(resp),
-                    Ok(Err(e)) => {
-                        tracing::debug!(function = %name, error = %e, "sandbox call failed");
-                        Err(iii_sdk::Error::from(e))
+/// What registering a handler needs: the client, the double's runtime and
+/// its state.
+struct Registrar<'a> {
+    client: &'a IIIClient,
+    rt: &'a tokio::runtime::Handle,
+    daemon: &'a Arc<Daemon>,
+}
+
+impl Registrar<'_> {
+    /// Registers one typed handler, run on the double's runtime. A payload
+    /// that does not deserialize fails in the SDK (`serialization error: …`)
+    /// before the handler runs, as on the daemon.
+    fn register<Req, Resp, F, Fut>(&self, id: &str, description: &str, handler: F) -> FunctionRef
+    where
+        Req: DeserializeOwned + JsonSchema + Send + 'static,
+        Resp: Serialize + JsonSchema + Send + 'static,
+        F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
+        Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
+    {
+        let rt = self.rt.clone();
+        let daemon = self.daemon.clone();
+        let name = id.to_string();
+        self.client.register_function(
+            id,
+            RegisterFunction::new_async(move |req: Req| {
+                let task = rt.spawn(handler(daemon.clone(), req));
+                let name = name.clone();
+                async move {
+                    match task.await {
+                        Ok(Ok(resp)) => Ok(resp),
+                        Ok(Err(e)) => {
+                            tracing::debug!(function = %name, error = %e, "sandbox call failed");
+                            Err(iii_sdk::Error::from(e))
+                        }
+                        Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
+                            "handler task: {e}"
+                        )))),
                     }
-                    Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
-                        "handler task: {e}"
-                    )))),
                 }
-            }
-        })
-        .description(description),
-    )
+            })
+            .description(description),
+        )
+    }
 }
 
 fn register_all(
@@ -302,77 +304,51 @@ fn register_all(
     daemon: &Arc<Daemon>,
     rt: &tokio::runtime::Handle,
 ) -> Vec<FunctionRef> {
+    let r = Registrar { client, rt, daemon };
     vec![
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::create",
             "Create a sandbox from a catalog image (`python` or `node`); `env` as [\"K=V\"] or {K: V}.",
             |d, req| async move { lifecycle::handle_create(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::exec",
             "Run a command in a sandbox: `cmd` (shell-split, no shell), `cmd`+`args`, or `argv`; stdin is base64.",
             |d, req| async move { exec::handle_exec(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::stop",
             "Stop a sandbox: kill its processes and discard its files.",
             |d, req| async move { lifecycle::handle_stop(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::list",
             "List live sandboxes.",
             |d, _req: lifecycle::ListRequest| async move { Ok(lifecycle::handle_list(&d)) },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::run",
             "Create a sandbox, write the code (and files), run it with `lang`'s interpreter, stop it.",
             |d, req| async move { run::handle_run(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::catalog::list",
             "List the images sandbox::create accepts.",
             |_d, _req: lifecycle::CatalogListRequest| async move {
                 Ok(lifecycle::handle_catalog())
             },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::write",
             "Write a file into a sandbox: `content` (UTF-8) or `content_b64`; `parents`, `mode`.",
             |d, req| async move { fs_ops::handle_write(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::read",
             "Read a file from a sandbox: `body` inline for UTF-8 files under 1 MiB, plus size, mode, mtime.",
             |d, req| async move { fs_ops::handle_read(&d, req).await },
         ),
-        register(
-            client,
-            rt,
-            daemon,
+        r.register(
             "sandbox::fs::mkdir",
             "Create a directory in a sandbox; `parents` like mkdir -p.",
             |d, req| async move { fs_ops::handle_mkdir(&d, req).await },

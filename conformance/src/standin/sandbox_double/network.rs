@@ -26,7 +26,7 @@ pub const GATEWAY: &str = "10.0.2.2";
 
 /// The address guests reach the host's loopback at when the host has no
 /// `slirp4netns`: the double then shares the host's network.
-pub const SHARED_GATEWAY: &str = "127.0.0.1";
+pub(crate) const SHARED_GATEWAY: &str = "127.0.0.1";
 
 /// The slirp4netns binary, when the host has one.
 fn slirp_binary() -> Option<&'static str> {
@@ -46,7 +46,7 @@ fn slirp_binary() -> Option<&'static str> {
 
 /// One sandbox's network: its namespace and the slirp4netns serving it.
 /// Dropping it ends slirp4netns; the namespace goes with its last process.
-pub struct GuestNet {
+pub(crate) struct GuestNet {
     ns: OwnedFd,
     child: Child,
     /// slirp4netns exits when this, the write end of its `--exit-fd`, closes
@@ -64,7 +64,7 @@ impl std::fmt::Debug for GuestNet {
 
 /// Why a sandbox network could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum NetError {
+pub(crate) enum NetError {
     #[error("cannot create a network namespace: {0}")]
     Namespace(std::io::Error),
     #[error("cannot start slirp4netns: {0}")]
@@ -104,7 +104,7 @@ fn new_namespace() -> std::io::Result<OwnedFd> {
 impl GuestNet {
     /// A sandbox network, or `Ok(None)` when the host has no slirp4netns.
     /// Blocking: call it off the async runtime.
-    pub fn open() -> Result<Option<GuestNet>, NetError> {
+    pub(crate) fn open() -> Result<Option<GuestNet>, NetError> {
         let Some(slirp) = slirp_binary() else {
             return Ok(None);
         };
@@ -161,7 +161,7 @@ impl GuestNet {
     }
 
     /// The namespace fd, for `setns` before a spawn.
-    pub fn ns_fd(&self) -> libc::c_int {
+    pub(crate) fn ns_fd(&self) -> libc::c_int {
         self.ns.as_raw_fd()
     }
 }

@@ -28,30 +28,30 @@ use super::network::GuestNet;
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
 /// One live sandbox.
-pub struct Entry {
-    pub name: Option<String>,
-    pub image: String,
-    pub created_at: Instant,
-    pub last_activity: Instant,
-    pub exec_in_flight: u32,
-    pub idle_timeout_secs: u64,
-    pub stopped: bool,
+pub(crate) struct Entry {
+    pub(crate) name: Option<String>,
+    pub(crate) image: String,
+    pub(crate) created_at: Instant,
+    pub(crate) last_activity: Instant,
+    pub(crate) exec_in_flight: u32,
+    pub(crate) idle_timeout_secs: u64,
+    pub(crate) stopped: bool,
     /// When the modelled guest boot completes.
-    pub ready_at: Instant,
+    pub(crate) ready_at: Instant,
     /// Created with `network:true`: execs share the host's network.
-    pub network: bool,
-    pub scratch: Arc<Scratch>,
+    pub(crate) network: bool,
+    pub(crate) scratch: Arc<Scratch>,
     /// Create-time environment, inherited by every exec.
-    pub env: Arc<Vec<(String, String)>>,
+    pub(crate) env: Arc<Vec<(String, String)>>,
     /// Its own network (`network:true` on a host with slirp4netns).
-    pub net: Option<Arc<GuestNet>>,
+    pub(crate) net: Option<Arc<GuestNet>>,
     procs: HashMap<u64, Arc<ProcHandle>>,
     next_proc: u64,
 }
 
 impl Entry {
     /// A fresh, idle sandbox.
-    pub fn new(
+    pub(crate) fn new(
         name: Option<String>,
         image: String,
         idle_timeout_secs: u64,
@@ -82,31 +82,30 @@ impl Entry {
 
 /// What an exec or fs op needs from its sandbox.
 #[derive(Clone)]
-pub struct Guest {
-    pub id: Uuid,
-    pub scratch: Arc<Scratch>,
-    pub env: Arc<Vec<(String, String)>>,
-    pub ready_at: Instant,
-    pub network: bool,
-    pub net: Option<Arc<GuestNet>>,
+pub(crate) struct Guest {
+    pub(crate) scratch: Arc<Scratch>,
+    pub(crate) env: Arc<Vec<(String, String)>>,
+    pub(crate) ready_at: Instant,
+    pub(crate) network: bool,
+    pub(crate) net: Option<Arc<GuestNet>>,
 }
 
 /// One row of `sandbox::list`.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct Summary {
-    pub sandbox_id: String,
-    pub name: Option<String>,
-    pub image: String,
-    pub age_secs: u64,
-    pub exec_in_progress: bool,
-    pub exec_in_flight: u32,
-    pub exec_slots_free: u32,
-    pub stopped: bool,
+pub(crate) struct Summary {
+    pub(crate) sandbox_id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) image: String,
+    pub(crate) age_secs: u64,
+    pub(crate) exec_in_progress: bool,
+    pub(crate) exec_in_flight: u32,
+    pub(crate) exec_slots_free: u32,
+    pub(crate) stopped: bool,
 }
 
 /// A sandbox claimed for stopping: its processes and scratch directory.
-pub struct StopWork {
-    pub id: Uuid,
+pub(crate) struct StopWork {
+    pub(crate) id: Uuid,
     procs: Vec<Arc<ProcHandle>>,
     scratch: Arc<Scratch>,
 }
@@ -114,21 +113,22 @@ pub struct StopWork {
 impl StopWork {
     /// Synchronous last-resort teardown (for `Drop`): SIGKILL every process,
     /// give them a moment to be reaped, delete the scratch directory.
-    pub fn kill_now(self) {
+    pub(crate) fn kill_now(self) {
         for p in &self.procs {
             p.mark_stopped();
             p.signal(libc::SIGKILL);
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.procs.iter().any(|p| !p.is_finished()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        crate::standin::wait::until_blocking(
+            Duration::from_secs(2),
+            Duration::from_millis(5),
+            || self.procs.iter().all(|p| p.is_finished()),
+        );
         let _ = self.scratch.remove();
     }
 }
 
 /// What `begin_stop` found.
-pub enum StopClaim {
+pub(crate) enum StopClaim {
     /// This caller stops it.
     Claimed(StopWork),
     /// Another stop (or the reaper) already is.
@@ -136,7 +136,7 @@ pub enum StopClaim {
 }
 
 /// The sandbox table.
-pub struct Registry {
+pub(crate) struct Registry {
     inner: Mutex<HashMap<Uuid, Entry>>,
     exec_cap: u32,
     exec_ended: Notify,
@@ -147,7 +147,7 @@ pub struct Registry {
 impl Registry {
     /// A registry admitting `exec_cap` concurrent execs per sandbox (0 acts
     /// as 1, as on the daemon).
-    pub fn new(exec_cap: usize) -> Registry {
+    pub(crate) fn new(exec_cap: usize) -> Registry {
         Registry {
             inner: Mutex::new(HashMap::new()),
             exec_cap: u32::try_from(exec_cap).unwrap_or(u32::MAX).max(1),
@@ -164,13 +164,18 @@ impl Registry {
 
     /// Live entries, stopping ones included (they still count against
     /// capacity until removed, as on the daemon).
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.lock().len()
     }
 
     /// Adds a sandbox unless that would exceed `capacity` (or the registry
     /// is closed); a refused sandbox's scratch directory is deleted.
-    pub fn insert(&self, id: Uuid, entry: Entry, capacity: usize) -> Result<(), DaemonError> {
+    pub(crate) fn insert(
+        &self,
+        id: Uuid,
+        entry: Entry,
+        capacity: usize,
+    ) -> Result<(), DaemonError> {
         let mut map = self.lock();
         let refusal = if self.closed.load(Ordering::SeqCst) {
             Some(DaemonError::BootFailed(
@@ -192,7 +197,7 @@ impl Registry {
 
     /// The sandbox for an fs op: S002 unknown, S004 stopping. Resets the
     /// idle clock.
-    pub fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
+    pub(crate) fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -201,12 +206,12 @@ impl Registry {
             return Err(DaemonError::AlreadyStopped(id.to_string()));
         }
         e.last_activity = Instant::now();
-        Ok(guest_of(id, e))
+        Ok(guest_of(e))
     }
 
     /// Admits one exec: S002 unknown, S004 stopping, S003 at the cap.
     /// Resets the idle clock.
-    pub fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
+    pub(crate) fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -219,11 +224,11 @@ impl Registry {
         }
         e.exec_in_flight += 1;
         e.last_activity = Instant::now();
-        Ok(guest_of(id, e))
+        Ok(guest_of(e))
     }
 
     /// Releases one exec slot and resets the idle clock.
-    pub fn end_exec(&self, id: Uuid) {
+    pub(crate) fn end_exec(&self, id: Uuid) {
         if let Some(e) = self.lock().get_mut(&id) {
             e.exec_in_flight = e.exec_in_flight.saturating_sub(1);
             e.last_activity = Instant::now();
@@ -232,13 +237,13 @@ impl Registry {
     }
 
     /// Whether the sandbox is still live (not stopping, not gone).
-    pub fn is_live(&self, id: Uuid) -> bool {
+    pub(crate) fn is_live(&self, id: Uuid) -> bool {
         self.lock().get(&id).is_some_and(|e| !e.stopped)
     }
 
     /// Records a spawned exec so a stop can kill it. `None` when the
     /// sandbox is stopping or gone: the caller must kill it itself.
-    pub fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
+    pub(crate) fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
         let mut map = self.lock();
         let e = map.get_mut(&id).filter(|e| !e.stopped)?;
         let key = e.next_proc;
@@ -248,14 +253,14 @@ impl Registry {
     }
 
     /// Forgets a finished exec.
-    pub fn detach_proc(&self, id: Uuid, key: u64) {
+    pub(crate) fn detach_proc(&self, id: Uuid, key: u64) {
         if let Some(e) = self.lock().get_mut(&id) {
             e.procs.remove(&key);
         }
     }
 
     /// Starts a `sandbox::stop`: S002 if unknown.
-    pub fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
+    pub(crate) fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
         let mut map = self.lock();
         let e = map
             .get_mut(&id)
@@ -270,7 +275,12 @@ impl Registry {
     /// timeout (and, when busy, longer than timeout + `busy_grace`). The
     /// decision and the claim happen under one lock, so an exec admitted in
     /// between cannot be killed.
-    pub fn claim_for_reap(&self, id: Uuid, now: Instant, busy_grace: Duration) -> Option<StopWork> {
+    pub(crate) fn claim_for_reap(
+        &self,
+        id: Uuid,
+        now: Instant,
+        busy_grace: Duration,
+    ) -> Option<StopWork> {
         let mut map = self.lock();
         let e = map.get_mut(&id)?;
         if e.stopped {
@@ -290,19 +300,19 @@ impl Registry {
     /// Refuses every later `insert` and claims every sandbox, including
     /// those another task is already stopping (that task may be cancelled
     /// by the shutdown; stopping twice is harmless).
-    pub fn close_and_claim_all(&self) -> Vec<StopWork> {
+    pub(crate) fn close_and_claim_all(&self) -> Vec<StopWork> {
         let mut map = self.lock();
         self.closed.store(true, Ordering::SeqCst);
         map.iter_mut().map(|(id, e)| claim(*id, e)).collect()
     }
 
     /// Ids of every entry.
-    pub fn ids(&self) -> Vec<Uuid> {
+    pub(crate) fn ids(&self) -> Vec<Uuid> {
         self.lock().keys().copied().collect()
     }
 
     /// The `sandbox::list` rows. Does not touch the idle clock.
-    pub fn summaries(&self) -> Vec<Summary> {
+    pub(crate) fn summaries(&self) -> Vec<Summary> {
         let now = Instant::now();
         self.lock()
             .iter()
@@ -320,7 +330,7 @@ impl Registry {
     }
 
     /// Ids and names of live sandboxes.
-    pub fn live(&self) -> Vec<(String, Option<String>)> {
+    pub(crate) fn live(&self) -> Vec<(String, Option<String>)> {
         self.lock()
             .iter()
             .map(|(id, e)| (id.to_string(), e.name.clone()))
@@ -352,7 +362,7 @@ impl Registry {
     /// SIGKILL of every process, wait until they are gone, delete the
     /// scratch directory, remove the entry. The grace is always paid, as on
     /// the daemon, whatever the sandbox was doing.
-    pub async fn finish_stop(&self, work: StopWork, grace: Duration) {
+    pub(crate) async fn finish_stop(&self, work: StopWork, grace: Duration) {
         for p in &work.procs {
             p.mark_stopped();
             p.signal(libc::SIGTERM);
@@ -375,7 +385,7 @@ impl Registry {
     }
 
     /// Scans once and stops every sandbox due for reaping.
-    pub async fn reap_once(&self, busy_grace: Duration, grace: Duration) {
+    pub(crate) async fn reap_once(&self, busy_grace: Duration, grace: Duration) {
         let now = Instant::now();
         for id in self.ids() {
             if let Some(work) = self.claim_for_reap(id, now, busy_grace) {
@@ -386,9 +396,8 @@ impl Registry {
     }
 }
 
-fn guest_of(id: Uuid, e: &Entry) -> Guest {
+fn guest_of(e: &Entry) -> Guest {
     Guest {
-        id,
         scratch: e.scratch.clone(),
         env: e.env.clone(),
         ready_at: e.ready_at,
@@ -407,12 +416,12 @@ fn claim(id: Uuid, e: &mut Entry) -> StopWork {
 }
 
 /// S400 at capacity, worded as the daemon words it.
-pub fn capacity_error(capacity: usize) -> DaemonError {
+pub(crate) fn capacity_error(capacity: usize) -> DaemonError {
     DaemonError::ResourceLimit(format!("max_concurrent_sandboxes ({capacity}) reached"))
 }
 
 /// Runs the reaper until the task is aborted.
-pub async fn run_reaper(
+pub(crate) async fn run_reaper(
     registry: Arc<Registry>,
     interval: Duration,
     busy_grace: Duration,
@@ -426,202 +435,4 @@ pub async fn run_reaper(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::standin::sandbox_double::error::SCode;
-    use crate::standin::sandbox_double::image_layer::testing::TempLayer;
-    use crate::standin::sandbox_double::isolation::HostLayout;
-
-    /// One layer for every test here (none of them writes into it).
-    static TEST_LAYER: std::sync::OnceLock<TempLayer> = std::sync::OnceLock::new();
-
-    fn entry(idle_secs: u64) -> (Uuid, Entry) {
-        let id = Uuid::new_v4();
-        let layout = HostLayout::detect().expect("host layout");
-        let layer = TEST_LAYER.get_or_init(TempLayer::new).0.clone();
-        let scratch = Scratch::create(&layout, layer, id).expect("scratch");
-        (
-            id,
-            Entry::new(
-                Some("t".into()),
-                "python".into(),
-                idle_secs,
-                Duration::ZERO,
-                false,
-                scratch,
-                vec![],
-            ),
-        )
-    }
-
-    fn cleanup(reg: &Registry) {
-        for (_, e) in reg.lock().drain() {
-            let _ = e.scratch.remove();
-        }
-    }
-
-    fn code(r: Result<Guest, DaemonError>) -> Option<SCode> {
-        r.err().map(|e| e.code())
-    }
-
-    #[test]
-    fn capacity_is_enforced_on_insert() {
-        let reg = Registry::new(4);
-        let (a, ea) = entry(300);
-        let (b, eb) = entry(300);
-        let b_scratch = eb.scratch.path().to_path_buf();
-        assert!(reg.insert(a, ea, 1).is_ok());
-        let err = reg
-            .insert(b, eb, 1)
-            .expect_err("second insert must fail at capacity 1");
-        assert_eq!(err.code(), SCode::S400);
-        assert_eq!(
-            err.to_string(),
-            "resource limit exceeded: max_concurrent_sandboxes (1) reached"
-        );
-        assert!(!b_scratch.exists(), "a refused sandbox leaves no scratch");
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn closing_claims_everything_and_refuses_new_sandboxes() {
-        let reg = Registry::new(4);
-        let (a, ea) = entry(300);
-        let (b, eb) = entry(300);
-        assert!(reg.insert(a, ea, 8).is_ok());
-        assert!(reg.insert(b, eb, 8).is_ok());
-        assert!(matches!(reg.begin_stop(a), Ok(StopClaim::Claimed(_))));
-        let claimed = reg.close_and_claim_all();
-        assert_eq!(
-            claimed.len(),
-            2,
-            "a sandbox already stopping is claimed too"
-        );
-        let (c, ec) = entry(300);
-        let c_scratch = ec.scratch.path().to_path_buf();
-        let err = reg.insert(c, ec, 8).expect_err("closed");
-        assert_eq!(err.code(), SCode::S300);
-        assert!(!c_scratch.exists());
-        for w in claimed {
-            let _ = w.scratch.remove();
-        }
-    }
-
-    #[test]
-    fn exec_cap_then_release() {
-        let reg = Registry::new(2);
-        let (id, e) = entry(300);
-        assert!(reg.insert(id, e, 8).is_ok());
-        assert!(reg.begin_exec(id).is_ok());
-        assert!(reg.begin_exec(id).is_ok());
-        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S003));
-        reg.end_exec(id);
-        assert!(reg.begin_exec(id).is_ok());
-        let s = &reg.summaries()[0];
-        assert_eq!(
-            (s.exec_in_flight, s.exec_slots_free, s.exec_in_progress),
-            (2, 0, true)
-        );
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn zero_cap_admits_one() {
-        let reg = Registry::new(0);
-        let (id, e) = entry(300);
-        assert!(reg.insert(id, e, 8).is_ok());
-        assert!(reg.begin_exec(id).is_ok());
-        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S003));
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn unknown_and_stopping_ids() {
-        let reg = Registry::new(4);
-        assert_eq!(code(reg.begin_exec(Uuid::new_v4())), Some(SCode::S002));
-        assert_eq!(code(reg.touch(Uuid::new_v4())), Some(SCode::S002));
-        let (id, e) = entry(300);
-        assert!(reg.insert(id, e, 8).is_ok());
-        assert!(matches!(reg.begin_stop(id), Ok(StopClaim::Claimed(_))));
-        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S004));
-        assert_eq!(code(reg.touch(id)), Some(SCode::S004));
-        assert!(matches!(reg.begin_stop(id), Ok(StopClaim::AlreadyStopping)));
-        assert!(!reg.is_live(id));
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn reaping_needs_strictly_more_than_the_timeout() {
-        let reg = Registry::new(4);
-        let (id, e) = entry(5);
-        assert!(reg.insert(id, e, 8).is_ok());
-        let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
-        let grace = Duration::from_secs(100);
-        assert!(reg
-            .claim_for_reap(id, t0 + Duration::from_secs(5), grace)
-            .is_none());
-        assert!(reg
-            .claim_for_reap(id, t0 + Duration::from_millis(5001), grace)
-            .is_some());
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn an_exec_in_flight_protects_until_the_busy_grace() {
-        let reg = Registry::new(4);
-        let (id, e) = entry(1);
-        assert!(reg.insert(id, e, 8).is_ok());
-        assert!(reg.begin_exec(id).is_ok());
-        let t0 = reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
-        let grace = Duration::from_secs(10);
-        assert!(reg
-            .claim_for_reap(id, t0 + Duration::from_secs(11), grace)
-            .is_none());
-        assert!(reg
-            .claim_for_reap(id, t0 + Duration::from_millis(11_001), grace)
-            .is_some());
-        cleanup(&reg);
-    }
-
-    #[test]
-    fn touch_and_exec_end_reset_the_clock_but_list_does_not() {
-        let reg = Registry::new(4);
-        let (id, e) = entry(1);
-        assert!(reg.insert(id, e, 8).is_ok());
-        let last = |reg: &Registry| reg.lock().get(&id).map(|e| e.last_activity).expect("entry");
-        let t0 = last(&reg);
-        let _ = reg.summaries();
-        assert_eq!(last(&reg), t0, "list must not reset the idle clock");
-        std::thread::sleep(Duration::from_millis(5));
-        assert!(reg.touch(id).is_ok());
-        let t1 = last(&reg);
-        assert!(t1 > t0, "an fs op resets the idle clock");
-        assert!(reg.begin_exec(id).is_ok());
-        let t2 = last(&reg);
-        assert!(t2 > t1, "exec start resets the idle clock");
-        std::thread::sleep(Duration::from_millis(5));
-        reg.end_exec(id);
-        assert!(last(&reg) > t2, "exec end resets the idle clock");
-        cleanup(&reg);
-    }
-
-    #[tokio::test]
-    async fn finish_stop_removes_entry_and_scratch() {
-        let reg = Registry::new(4);
-        let (id, e) = entry(300);
-        let path = e.scratch.path().to_path_buf();
-        assert!(reg.insert(id, e, 8).is_ok());
-        let Ok(StopClaim::Claimed(work)) = reg.begin_stop(id) else {
-            panic!("claim");
-        };
-        let started = Instant::now();
-        reg.finish_stop(work, Duration::from_millis(50)).await;
-        assert!(
-            started.elapsed() >= Duration::from_millis(50),
-            "grace is paid"
-        );
-        assert!(!path.exists());
-        assert_eq!(reg.count(), 0);
-        assert_eq!(code(reg.begin_exec(id)), Some(SCode::S002));
-    }
-}
+mod tests;

@@ -14,51 +14,51 @@ use super::lifecycle::{handle_create, handle_stop, CreateRequest, StopRequest};
 
 /// A file dropped into the sandbox before the code runs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct RunFile {
+pub(crate) struct RunFile {
     /// Absolute guest path (parents are created).
-    pub path: String,
+    pub(crate) path: String,
     /// UTF-8 body.
-    pub content: String,
+    pub(crate) content: String,
 }
 
 /// `sandbox::run` request.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-pub struct RunRequest {
+pub(crate) struct RunRequest {
     /// Catalog image, as for `sandbox::create`.
-    pub image: String,
+    pub(crate) image: String,
     /// The code, written to `/tmp/run.<ext>`.
-    pub code: String,
+    pub(crate) code: String,
     /// `node|js|javascript`, `python|py`, `shell|sh|bash`, or an
     /// interpreter path.
-    pub lang: String,
+    pub(crate) lang: String,
     /// Extra files.
     #[serde(default)]
-    pub files: Vec<RunFile>,
+    pub(crate) files: Vec<RunFile>,
     /// Environment of the sandbox and of the interpreter.
     #[serde(default)]
-    pub env: EnvShape,
+    pub(crate) env: EnvShape,
     /// Base64 stdin.
     #[serde(default)]
-    pub stdin: Option<String>,
+    pub(crate) stdin: Option<String>,
     /// Interpreter timeout in ms.
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// Leave the sandbox running and return its id.
     #[serde(default)]
-    pub keep_sandbox: bool,
+    pub(crate) keep_sandbox: bool,
 }
 
 /// `sandbox::run` response: the exec's fields, plus `sandbox_id` when kept.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct SandboxRunResponse {
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub success: bool,
+pub(crate) struct SandboxRunResponse {
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) timed_out: bool,
+    pub(crate) duration_ms: u64,
+    pub(crate) success: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox_id: Option<String>,
+    pub(crate) sandbox_id: Option<String>,
 }
 
 /// `(interpreter, script extension)` for a `lang`; unknown values are an
@@ -83,7 +83,10 @@ async fn stop_quietly(d: &Daemon, sandbox_id: &str) {
 }
 
 /// Handles `sandbox::run`.
-pub async fn handle_run(d: &Daemon, req: RunRequest) -> Result<SandboxRunResponse, DaemonError> {
+pub(crate) async fn handle_run(
+    d: &Daemon,
+    req: RunRequest,
+) -> Result<SandboxRunResponse, DaemonError> {
     let created = handle_create(
         d,
         CreateRequest {

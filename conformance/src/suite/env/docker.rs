@@ -15,7 +15,7 @@ pub(super) fn split_image(image: &str) -> (String, String) {
 }
 
 /// Whether a Docker daemon answers `GET /_ping`; the reason when not.
-pub fn docker_answers() -> Result<(), String> {
+pub(crate) fn docker_answers() -> Result<(), String> {
     use std::io::{Read, Write};
     let host =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());

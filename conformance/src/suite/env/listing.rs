@@ -7,7 +7,10 @@ use serde_json::{json, Value};
 
 /// The ids of `functions` the engine lists (in their order); `None` when
 /// the engine could not be asked.
-pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Option<Vec<String>> {
+pub(crate) async fn functions_present(
+    client: &IIIClient,
+    functions: &[String],
+) -> Option<Vec<String>> {
     let mut present = Vec::new();
     // The engine answers at most 32 ids per batch.
     for chunk in functions.chunks(32) {
@@ -27,7 +30,7 @@ pub async fn functions_present(client: &IIIClient, functions: &[String]) -> Opti
 
 /// `Some(true)` when every function is listed, `Some(false)` when one is
 /// not, `None` when the engine could not be asked.
-pub async fn functions_listed(client: &IIIClient, functions: &[String]) -> Option<bool> {
+pub(crate) async fn functions_listed(client: &IIIClient, functions: &[String]) -> Option<bool> {
     let answer = info_batch(client, functions).await?;
     let entries = answer.get("functions")?.as_array()?;
     Some(

@@ -7,7 +7,7 @@ use super::*;
 /// The worker command line (`--worker-cmd`), without `--url`/`--config`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerCommand {
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     pub args: Vec<String>,
 }
 
@@ -41,7 +41,7 @@ impl WorkerCommand {
     }
 
     /// The same, with a choice of when to run `cargo build` first.
-    pub fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
+    pub(crate) fn beside_exe(policy: BuildPolicy) -> Result<WorkerCommand, EnvError> {
         let exe = std::env::current_exe()
             .map_err(|e| EnvError::caused("cannot locate the current executable", e))?;
         let mut dir = exe
@@ -145,7 +145,7 @@ pub struct WorkerProcess {
     env: Vec<(String, String)>,
     url_via: UrlVia,
     config_path: Option<PathBuf>,
-    pub log_path: PathBuf,
+    pub(crate) log_path: PathBuf,
     dir: PathBuf,
     child: Option<tokio::process::Child>,
 }
@@ -164,7 +164,7 @@ impl WorkerProcess {
     /// [`WorkerProcess::spawn`], telling the worker the engine's guest
     /// listener through `III_GUEST_URL` (an env var: a worker that knows no
     /// guest listener ignores it).
-    pub fn spawn_with_guest(
+    pub(crate) fn spawn_with_guest(
         cmd: &WorkerCommand,
         url: &str,
         url_via: UrlVia,
@@ -282,7 +282,7 @@ impl WorkerProcess {
     }
 
     /// Whether the process already ended (and how).
-    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_exit(&mut self) -> Option<ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())
@@ -297,7 +297,7 @@ impl WorkerProcess {
         client: &IIIClient,
         functions: &[String],
     ) -> Result<(), EnvError> {
-        let until = Instant::now() + READY_DEADLINE;
+        let deadline = Deadline::after(READY_DEADLINE, Duration::from_millis(20));
         let mut last: Option<(Vec<String>, Instant)> = None;
         loop {
             if let Some(status) = self.try_exit() {
@@ -319,7 +319,7 @@ impl WorkerProcess {
                     _ => last = Some((present, Instant::now())),
                 }
             }
-            if Instant::now() >= until {
+            if !deadline.tick().await {
                 return Err(EnvError::Failed(format!(
                     "the worker did not publish {} within {:?}; log tail:\n{}",
                     functions.join(", "),
@@ -327,25 +327,19 @@ impl WorkerProcess {
                     self.log_tail()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// SIGTERM, then wait (killing it after a deadline).
     pub async fn stop(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Some(pid) = child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        match tokio::time::timeout(STOP_DEADLINE, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => {
-                let _ = child.kill().await;
-                child.wait().await.ok()
-            }
+        crate::suite::child::stop(self.child.take()?, STOP_DEADLINE).await
+    }
+
+    /// Sends SIGTERM and returns at once (a supervisor's stop request);
+    /// [`WorkerProcess::wait_exit`] then bounds how long it may take.
+    pub fn terminate(&self) {
+        if let Some(child) = &self.child {
+            crate::suite::child::sigterm(child);
         }
     }
 

@@ -5,10 +5,10 @@ use super::*;
 
 /// What the wire says about one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
-    pub ty: String,
-    pub required: bool,
-    pub default: Option<String>,
+pub(crate) struct Field {
+    pub(crate) ty: String,
+    pub(crate) required: bool,
+    pub(crate) default: Option<String>,
 }
 
 impl std::fmt::Display for Field {
@@ -49,7 +49,7 @@ pub(super) fn resolve<'a>(schema: &'a Value, root: &'a Value) -> &'a Value {
 
 /// A readable type of a schema: `string`, `"node"|"python" | null`,
 /// `integer(uint64, min 0)`, `array<string>`, `any`.
-pub fn type_of(schema: &Value, root: &Value) -> String {
+pub(crate) fn type_of(schema: &Value, root: &Value) -> String {
     let s = resolve(schema, root);
     if let Some(list) = s.get("allOf").and_then(Value::as_array) {
         if list.len() == 1 {
@@ -123,7 +123,7 @@ pub fn type_of(schema: &Value, root: &Value) -> String {
 
 /// The fields of an object schema, nested objects flattened as `a.b` and
 /// array items as `a[]`.
-pub fn fields(schema: &Value) -> BTreeMap<String, Field> {
+pub(crate) fn fields(schema: &Value) -> BTreeMap<String, Field> {
     let mut out = BTreeMap::new();
     collect_fields(schema, schema, "", &mut out, 0);
     out
@@ -205,8 +205,8 @@ impl FieldChange {
 pub struct FieldDiff {
     pub field: String,
     pub change: FieldChange,
-    pub a: Option<String>,
-    pub b: Option<String>,
+    pub(crate) a: Option<String>,
+    pub(crate) b: Option<String>,
 }
 
 /// The diff of one function present in both targets.
@@ -220,11 +220,11 @@ pub struct FunctionDiff {
 /// The whole wire diff.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CompatReport {
-    pub a: String,
-    pub b: String,
+    pub(crate) a: String,
+    pub(crate) b: String,
     pub functions: Vec<FunctionDiff>,
-    pub only_a: Vec<String>,
-    pub only_b: Vec<String>,
+    pub(crate) only_a: Vec<String>,
+    pub(crate) only_b: Vec<String>,
 }
 
 pub(super) fn diff_fields(a: &Value, b: &Value) -> Vec<FieldDiff> {

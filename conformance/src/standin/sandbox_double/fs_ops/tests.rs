@@ -1,3 +1,6 @@
+//! The fs operations on a sandbox: guest paths, the image rootfs and the
+//! private scratch, errors as the daemon words them.
+
 use super::*;
 use crate::standin::sandbox_double::error::SCode;
 use crate::standin::sandbox_double::image_layer::testing::TempLayer;

@@ -5,25 +5,25 @@ use super::*;
 
 /// One program to run inside a sandbox.
 #[derive(Debug, Clone)]
-pub struct ExecSpec {
+pub(crate) struct ExecSpec {
     /// Absolute guest path of the binary (already looked up in PATH).
-    pub program: String,
+    pub(crate) program: String,
     /// argv, argv[0] included.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// The complete environment.
-    pub env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
     /// Absolute guest working directory.
-    pub workdir: String,
+    pub(crate) workdir: String,
     /// Bytes fed to stdin before EOF.
-    pub stdin: Vec<u8>,
+    pub(crate) stdin: Vec<u8>,
     /// Share the host's network namespace (`network:true`). Otherwise the
     /// exec gets a private one with only loopback, as a VM without a NIC.
-    pub network: bool,
+    pub(crate) network: bool,
 }
 
 /// How an exec ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExitKind {
+pub(crate) enum ExitKind {
     /// The guest program's exit status, or 128+signal.
     Code(i32),
     /// The container itself could not be set up or was killed.
@@ -32,16 +32,16 @@ pub enum ExitKind {
 
 /// What an exec produced.
 #[derive(Debug, Clone)]
-pub struct Outcome {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub exit: ExitKind,
+pub(crate) struct Outcome {
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) exit: ExitKind,
 }
 
 /// A live exec's processes, addressed by pidfd so a recycled pid can never
 /// be signalled by mistake.
 #[derive(Debug)]
-pub struct ProcHandle {
+pub(crate) struct ProcHandle {
     /// hakoniwa's reaper, the namespace's parent.
     pub(super) outer: Option<OwnedFd>,
     /// PID 1 of the exec's namespace.
@@ -54,17 +54,17 @@ pub struct ProcHandle {
 
 impl ProcHandle {
     /// Records that the sandbox owning this exec is stopping.
-    pub fn mark_stopped(&self) {
+    pub(crate) fn mark_stopped(&self) {
         self.stopped.store(true, Ordering::SeqCst);
     }
 
     /// Whether the owning sandbox was stopped while this exec ran.
-    pub fn was_stopped(&self) -> bool {
+    pub(crate) fn was_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
     }
 
     /// Sends `sig` to the exec's PID 1 (or its reaper if PID 1 is unknown).
-    pub fn signal(&self, sig: libc::c_int) {
+    pub(crate) fn signal(&self, sig: libc::c_int) {
         if let Some(fd) = self.init.as_ref().or(self.outer.as_ref()) {
             pidfd_send_signal(fd, sig);
         }
@@ -74,7 +74,7 @@ impl ProcHandle {
     /// they are all gone. SIGKILL to PID 1 makes the kernel kill the whole
     /// namespace; the reaper only exits once that is done, which is what
     /// `finished` reports. The reaper itself is killed only as a last resort.
-    pub async fn kill_and_wait(&self, patience: Duration) -> bool {
+    pub(crate) async fn kill_and_wait(&self, patience: Duration) -> bool {
         if self.is_finished() {
             return true;
         }
@@ -96,12 +96,12 @@ impl ProcHandle {
     }
 
     /// Whether every process of the exec has been reaped.
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         *self.finished.borrow()
     }
 
     /// Waits up to `patience` for the exec to be fully reaped.
-    pub async fn wait_finished(&self, patience: Duration) -> bool {
+    pub(crate) async fn wait_finished(&self, patience: Duration) -> bool {
         let mut rx = self.finished.clone();
         let waited = tokio::time::timeout(patience, rx.wait_for(|done| *done)).await;
         matches!(waited, Ok(Ok(_)))
@@ -109,14 +109,14 @@ impl ProcHandle {
 }
 
 /// A spawned exec: its processes, and its outcome once it has ended.
-pub struct Running {
-    pub handle: Arc<ProcHandle>,
+pub(crate) struct Running {
+    pub(crate) handle: Arc<ProcHandle>,
     pub(super) outcome: oneshot::Receiver<Outcome>,
 }
 
 impl Running {
     /// Waits for the exec to end (after its output pipes reached EOF).
-    pub async fn outcome(self) -> Outcome {
+    pub(crate) async fn outcome(self) -> Outcome {
         self.outcome.await.unwrap_or_else(|_| Outcome {
             stdout: Vec::new(),
             stderr: Vec::new(),

@@ -1,4 +1,8 @@
+//! The isolation layer on the host: namespaces, the init, killing a whole
+//! process tree, the guest skeleton.
+
 use super::*;
+use crate::standin::host::pids_with;
 
 #[test]
 fn read_capped_keeps_exactly_the_cap() {
@@ -24,23 +28,6 @@ fn sh(script: &str) -> ExecSpec {
         stdin: Vec::new(),
         network: true,
     }
-}
-
-/// Pids of host processes whose command line contains `marker`.
-fn pids_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-                .filter(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .map(|c| String::from_utf8_lossy(&c).contains(marker))
-                        .unwrap_or(false)
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -129,14 +116,12 @@ async fn kill_and_wait_leaves_no_process() {
     let script = format!("sh -c 'sleep {marker}' & sleep {marker}; echo never");
     let running = iso.spawn(&s, &sh(&script)).await.expect("spawn");
     let handle = running.handle.clone();
-    let appeared = async {
-        while pids_with(&marker).len() < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    assert!(tokio::time::timeout(Duration::from_secs(10), appeared)
+    assert!(
+        crate::standin::wait::until(Duration::from_secs(10), || async {
+            pids_with(&marker).len() >= 2
+        })
         .await
-        .is_ok());
+    );
     assert!(handle.kill_and_wait(Duration::from_secs(5)).await);
     assert_eq!(pids_with(&marker), Vec::<String>::new());
     let o = running.outcome().await;

@@ -1,0 +1,288 @@
+//! In-memory fakes of the worker's two outside edges, `sandbox::*`
+//! ([`FakeSandbox`]) and the bus ([`FakeBus`]): the one pair the manager and
+//! inventory tests and the inventory bench build a `Manager` over.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBinding};
+use sandbox_code_runner::error::WorkerError;
+use sandbox_code_runner::sandbox::{
+    CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
+};
+use serde_json::{json, Value};
+
+type ExecFn = dyn Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync;
+
+/// A scripted `sandbox::*`: every VM exists until stopped (or reaped with
+/// [`FakeSandbox::reap_all`]); each call is logged in [`FakeSandbox::ops`].
+pub struct FakeSandbox {
+    log: Mutex<Vec<String>>,
+    pub live: Mutex<HashMap<String, Option<String>>>,
+    next: AtomicUsize,
+    /// What the next creates fail with, while set.
+    pub create_error: Mutex<Option<SandboxError>>,
+    /// What `list` fails with, while set.
+    pub list_error: Mutex<Option<SandboxError>>,
+    /// The most VMs alive at once (S400 past it), while set.
+    pub capacity: Mutex<Option<usize>>,
+    exec: Mutex<Arc<ExecFn>>,
+    exec_time: Duration,
+    logging: bool,
+    in_flight: AtomicUsize,
+    /// The most execs seen running at once.
+    pub max_in_flight: AtomicUsize,
+}
+
+pub fn ok_out(stdout: &str, code: i32) -> ExecOutput {
+    ExecOutput {
+        stdout: stdout.into(),
+        stderr: String::new(),
+        exit_code: Some(code),
+        duration_ms: 3,
+    }
+}
+
+/// Answers handler execs with a genuine frame carrying `value`.
+pub fn frame_for(p: &ExecParams, kind: &str, body: &Value) -> ExecOutput {
+    let stdin: Value =
+        serde_json::from_slice(p.stdin.as_deref().unwrap_or_default()).unwrap_or(Value::Null);
+    let secret = stdin["secret"].as_str().unwrap_or("").to_string();
+    ok_out(
+        &format!("print from handler\n\u{1e}SCR1 {secret} {kind} {body}\n"),
+        0,
+    )
+}
+
+pub fn is_invoke(p: &ExecParams) -> bool {
+    p.env
+        .get("SCR_WORKER_NAME")
+        .is_some_and(|n| n != "sandbox-code-runner:run")
+}
+
+impl FakeSandbox {
+    /// Execs take 5 ms, so that overlapping ones show in `max_in_flight`.
+    pub fn new() -> Arc<FakeSandbox> {
+        FakeSandbox::build(Duration::from_millis(5), true)
+    }
+
+    /// Execs take no time and no call is logged: a bench measuring the
+    /// worker's own cost over millions of calls.
+    pub fn bare() -> Arc<FakeSandbox> {
+        FakeSandbox::build(Duration::ZERO, false)
+    }
+
+    fn build(exec_time: Duration, logging: bool) -> Arc<FakeSandbox> {
+        Arc::new(FakeSandbox {
+            log: Mutex::new(Vec::new()),
+            live: Mutex::new(HashMap::new()),
+            next: AtomicUsize::new(1),
+            create_error: Mutex::new(None),
+            list_error: Mutex::new(None),
+            capacity: Mutex::new(None),
+            exec: Mutex::new(Arc::new(|p: &ExecParams| {
+                if is_invoke(p) {
+                    Ok(frame_for(p, "ok", &json!({"doubled": 42})))
+                } else {
+                    Ok(ok_out("4\n", 0))
+                }
+            })),
+            exec_time,
+            logging,
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn on_exec(
+        &self,
+        f: impl Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync + 'static,
+    ) {
+        *self.exec.lock().unwrap() = Arc::new(f);
+    }
+
+    fn record(&self, op: String) {
+        if self.logging {
+            self.log.lock().unwrap().push(op);
+        }
+    }
+
+    pub fn ops(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn live(&self) -> usize {
+        self.live.lock().unwrap().len()
+    }
+
+    pub fn reap_all(&self) {
+        self.live.lock().unwrap().clear();
+    }
+
+    fn check_live(&self, id: &str) -> Result<(), SandboxError> {
+        if self.live.lock().unwrap().contains_key(id) {
+            Ok(())
+        } else {
+            Err(daemon("S002", &format!("sandbox not found: {id}")))
+        }
+    }
+}
+
+pub fn daemon(code: &str, message: &str) -> SandboxError {
+    SandboxError::Daemon {
+        code: code.into(),
+        message: message.into(),
+        retryable: false,
+    }
+}
+
+#[async_trait::async_trait]
+impl SandboxApi for FakeSandbox {
+    async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
+        self.record(format!("create {}", p.image));
+        if let Some(e) = self.create_error.lock().unwrap().clone() {
+            return Err(e);
+        }
+        if let Some(cap) = *self.capacity.lock().unwrap() {
+            if self.live() >= cap {
+                return Err(daemon(
+                    "S400",
+                    &format!("resource limit exceeded: max_concurrent_sandboxes ({cap}) reached"),
+                ));
+            }
+        }
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let id = format!("00000000-0000-4000-8000-{n:012}");
+        self.live.lock().unwrap().insert(id.clone(), Some(p.name));
+        Ok(id)
+    }
+
+    async fn exec(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        self.record("exec".into());
+        self.check_live(id)?;
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        // The sleep is the behaviour under test: an exec takes time, so
+        // overlapping execs would be seen by `max_in_flight`.
+        if !self.exec_time.is_zero() {
+            tokio::time::sleep(self.exec_time).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let f = self.exec.lock().unwrap().clone();
+        f(&p)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
+        self.record("stop".into());
+        self.check_live(id)?;
+        self.live.lock().unwrap().remove(id);
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
+        self.record("list".into());
+        if let Some(e) = self.list_error.lock().unwrap().clone() {
+            return Err(e);
+        }
+        Ok(self
+            .live
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| ListedSandbox {
+                sandbox_id: k.clone(),
+                name: v.clone(),
+            })
+            .collect())
+    }
+
+    async fn write_file(&self, id: &str, path: &str, _content: &str) -> Result<(), SandboxError> {
+        self.record(format!("write {path}"));
+        self.check_live(id)
+    }
+}
+
+/// A bus that records publications and answers `engine::functions::info`
+/// (the only function the manager calls on it).
+#[derive(Default)]
+pub struct FakeBus {
+    published: Mutex<HashMap<String, Handler>>,
+    /// Ids some other worker serves.
+    pub taken: Mutex<HashSet<String>>,
+}
+
+impl Bus for FakeBus {
+    fn call<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        _timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        Box::pin(async move {
+            assert_eq!(function_id, "engine::functions::info");
+            let id = payload["function_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let known = self.taken.lock().unwrap().contains(&id)
+                || self.published.lock().unwrap().contains_key(&id);
+            if known {
+                Ok(json!({"function_id": id}))
+            } else {
+                Err(BusError::new(
+                    "NOT_FOUND",
+                    format!("Function '{id}' is not registered."),
+                ))
+            }
+        })
+    }
+
+    fn publish(&self, spec: FunctionSpec, handler: Handler) {
+        self.published.lock().unwrap().insert(spec.id, handler);
+    }
+
+    fn unpublish(&self, function_id: &str) {
+        self.published.lock().unwrap().remove(function_id);
+    }
+
+    fn bind(
+        &self,
+        trigger_type: &str,
+        function_id: &str,
+        _config: Value,
+    ) -> Result<TriggerBinding, BusError> {
+        Ok(TriggerBinding::detached(trigger_type, function_id))
+    }
+
+    fn unbind(&self, _binding: TriggerBinding) {}
+}
+
+impl FakeBus {
+    pub fn ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.published.lock().unwrap().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The handler published under `id` (panics when there is none).
+    pub fn handler(&self, id: &str) -> Handler {
+        self.published.lock().unwrap()[id].clone()
+    }
+
+    pub async fn call_published(&self, id: &str, payload: Value) -> Result<Value, WorkerError> {
+        let h = self
+            .published
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .expect("published");
+        h(payload).await
+    }
+}
