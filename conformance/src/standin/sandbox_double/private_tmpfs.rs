@@ -33,6 +33,10 @@ pub fn scratch_parent() -> PathBuf {
 }
 
 /// A writable tmpfs that allows exec and has [`MIN_FREE_BYTES`] free.
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "statfs/statvfs field types differ between architectures"
+)]
 fn usable_tmpfs(dir: &Path) -> bool {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return false;
