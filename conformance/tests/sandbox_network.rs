@@ -36,6 +36,21 @@ fn probe(targets: &[(&str, u16)]) -> String {
     )
 }
 
+/// A listener on host-only 127.0.0.2 whose port number is held, bound but
+/// not listening, on 127.0.0.1 too: so "gateway → that port" can only be
+/// refused, whatever other tests listen on meanwhile.
+async fn host_only_listener() -> (TcpListener, tokio::net::TcpSocket) {
+    for _ in 0..50 {
+        let l = TcpListener::bind("127.0.0.2:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let hold = tokio::net::TcpSocket::new_v4().unwrap();
+        if hold.bind(([127, 0, 0, 1], port).into()).is_ok() {
+            return (l, hold);
+        }
+    }
+    panic!("no port free on both 127.0.0.2 and 127.0.0.1 in 50 tries");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
     let engine = StandInEngine::start(0).await.expect("engine");
@@ -46,7 +61,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
     // Two host services: one on 127.0.0.1 (what the gateway forwards to),
     // one on the host-only 127.0.0.2 (where a main listener belongs).
     let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let on_two = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let (on_two, _held) = host_only_listener().await;
     let (p1, p2) = (
         on_one.local_addr().unwrap().port(),
         on_two.local_addr().unwrap().port(),
