@@ -32,8 +32,11 @@ pub(super) struct Runtime {
     pub(super) sandbox_id: String,
     pub(super) lang: Lang,
     pub(super) namespace: Option<Namespace>,
-    /// One exec at a time: the VM's single slot.
-    pub(super) slot: tokio::sync::Mutex<Slot>,
+    /// Runs and handler installs hold it alone (one exec at a time); handler
+    /// calls share it, at most `calls` of them at once.
+    pub(super) slot: tokio::sync::RwLock<Slot>,
+    /// Handler calls in the VM at once (`handler_concurrency`).
+    pub(super) calls: tokio::sync::Semaphore,
     /// Published function id → module path inside the VM.
     pub(super) functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
@@ -50,6 +53,7 @@ impl Runtime {
         namespace: Option<Namespace>,
         sdk: SdkState,
         token: Option<TokenLease>,
+        call_concurrency: usize,
     ) -> Arc<Runtime> {
         // A namespace VM runs tenant code only once a handler is checked;
         // a kept VM already ran its first run.
@@ -59,7 +63,8 @@ impl Runtime {
             sandbox_id,
             lang,
             namespace,
-            slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
+            slot: tokio::sync::RwLock::new(Slot { sdk, pristine }),
+            calls: tokio::sync::Semaphore::new(call_concurrency.max(1)),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
             meta: inventory::Meta::new(),
