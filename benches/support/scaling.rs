@@ -293,7 +293,7 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
         let reuse_id = format!("profile/{variant}/reuse");
         rt.block_on(paired(
             &reuse_id,
-            60,
+            150,
             || async {
                 must(
                     client,
@@ -309,7 +309,7 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
         let call_id = format!("profile/{variant}/handler");
         rt.block_on(paired(
             &call_id,
-            60,
+            150,
             || async {
                 must(client, &fid, json!({"n": 21})).await;
             },
