@@ -11,13 +11,29 @@ use crate::ids::Lang;
 use crate::pool::PooledVm;
 use crate::sandbox::{charged, ExecParams, SandboxError};
 
-/// A VM handed to one tenant.
+/// A VM handed to one tenant. Dropping it tops the pool up: after the
+/// caller's first exec, so that exec does not compete with the boot of its
+/// replacement.
 pub(super) struct Acquired {
     pub id: String,
     /// It came from the warm pool (so it may have been reaped meanwhile).
     pub pooled: bool,
     /// The guest SDK is already in it.
     pub sdk: bool,
+    _refill: RefillOnDrop,
+}
+
+struct RefillOnDrop {
+    manager: std::sync::Weak<Manager>,
+    lang: Lang,
+}
+
+impl Drop for RefillOnDrop {
+    fn drop(&mut self) {
+        if let Some(m) = self.manager.upgrade() {
+            m.refill(self.lang);
+        }
+    }
 }
 
 /// How often the warm pool is topped up without traffic.
@@ -36,23 +52,29 @@ impl Manager {
             self.python_sdk.note_wanted();
         }
         let taken = self.pool.take(lang, wants_sdk);
-        self.refill(lang);
+        let refill = || RefillOnDrop {
+            manager: self.me.clone(),
+            lang,
+        };
         if let Some(vm) = taken {
             lock(&self.state).transient.insert(vm.id.clone());
             return Ok(Acquired {
                 id: vm.id,
                 pooled: true,
                 sdk: vm.sdk,
+                _refill: refill(),
             });
         }
         let fresh = |id| Acquired {
             id,
             pooled: false,
             sdk: false,
+            _refill: refill(),
         };
         match self.create_vm(lang).await {
             Err(e) if e.is_capacity() => {
                 if self.drain_pool().await == 0 {
+                    drop(refill());
                     return Err(e);
                 }
                 self.create_vm(lang).await.map(fresh)
@@ -70,9 +92,7 @@ impl Manager {
             let totals = self.stats.pool.clone();
             tokio::spawn(charged(totals, async move {
                 let warmed = me.warm_one(lang).await;
-                if let Some(back) = me.pool.arrive(lang, warmed) {
-                    me.stop_vm(&back).await;
-                }
+                me.arrive(lang, warmed).await;
             }));
         }
     }
@@ -88,9 +108,7 @@ impl Manager {
             let totals = self.stats.pool.clone();
             tokio::spawn(charged(totals, async move {
                 let vm = me.with_sdk_planted(id).await;
-                if let Some(back) = me.pool.arrive(Lang::Python, vm) {
-                    me.stop_vm(&back).await;
-                }
+                me.arrive(Lang::Python, vm).await;
             }));
         }
     }
@@ -131,6 +149,23 @@ impl Manager {
                 self.discard_unpooled(&id).await;
                 None
             }
+        }
+    }
+
+    /// A warming VM is done: it joins the pool, or, when the pool closed
+    /// meanwhile (shutdown), it is stopped. Handed back under the state lock,
+    /// so a shutdown that saw the pool settle also sees it in the ledger.
+    async fn arrive(&self, lang: Lang, vm: Option<PooledVm>) {
+        let back = {
+            let mut st = lock(&self.state);
+            let back = self.pool.arrive(lang, vm);
+            if let Some(id) = &back {
+                st.transient.insert(id.clone());
+            }
+            back
+        };
+        if let Some(id) = back {
+            self.stop_vm(&id).await;
         }
     }
 
