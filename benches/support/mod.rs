@@ -249,8 +249,33 @@ pub fn record_bounded(id: &str, value: f64, limit: f64) {
 pub const OVERHEAD_LIMIT_MS: f64 = 0.5;
 
 /// Paired overhead measurements: (worker p50, direct p50, p50 of the paired
-/// differences), in ms.
-pub static PAIRED: Mutex<BTreeMap<String, (f64, f64, f64)>> = Mutex::new(BTreeMap::new());
+/// differences, and that p50's 95% bootstrap interval), in ms.
+pub static PAIRED: Mutex<BTreeMap<String, (f64, f64, f64, (f64, f64))>> =
+    Mutex::new(BTreeMap::new());
+
+/// How many alternated pairs an overhead figure takes: `SCR_BENCH_PAIRS`,
+/// else `default`.
+pub fn pairs(default: usize) -> usize {
+    std::env::var("SCR_BENCH_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n >= 10)
+        .unwrap_or(default)
+}
+
+/// The 2.5th and 97.5th percentiles of the p50 over 1,000 resamples: how
+/// far the overhead figure could move on another run of this host.
+fn bootstrap_p50(diffs: &[f64]) -> (f64, f64) {
+    let mut medians: Vec<f64> = (0..1000)
+        .map(|_| {
+            p50((0..diffs.len())
+                .map(|_| diffs[rand::random::<u32>() as usize % diffs.len()])
+                .collect())
+        })
+        .collect();
+    medians.sort_by(|a, b| a.total_cmp(b));
+    (medians[25], medians[974])
+}
 
 fn p50(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -290,10 +315,12 @@ where
         ds.push(d);
         diffs.push(w - d);
     }
-    let r = (p50(ws), p50(ds), p50(diffs));
+    let ci = bootstrap_p50(&diffs);
+    let r = (p50(ws), p50(ds), p50(diffs), ci);
     eprintln!(
-        "{id}: paired over {n}: worker p50 {:.3} ms, direct p50 {:.3} ms, overhead p50 {:.3} ms",
-        r.0, r.1, r.2
+        "{id}: paired over {n}: worker p50 {:.3} ms, direct p50 {:.3} ms, overhead p50 {:.3} ms \
+         (95% interval {:.3}..{:.3})",
+        r.0, r.1, r.2, ci.0, ci.1
     );
     PAIRED.lock().unwrap().insert(id.to_string(), r);
 }
@@ -433,7 +460,7 @@ pub fn write_summary(
         .lock()
         .unwrap()
         .iter()
-        .map(|(k, (w, d, o))| {
+        .map(|(k, (w, d, o, (lo, hi)))| {
             eprintln!(
                 "{k}: worker overhead (paired p50) {o:.3} ms (limit {OVERHEAD_LIMIT_MS} ms) {}",
                 if *o <= OVERHEAD_LIMIT_MS {
@@ -445,7 +472,7 @@ pub fn write_summary(
             (
                 k.clone(),
                 json!({"worker_p50_ms": w, "direct_p50_ms": d, "overhead_p50_ms": o,
-                       "limit_ms": OVERHEAD_LIMIT_MS}),
+                       "overhead_p50_ci95_ms": [lo, hi], "limit_ms": OVERHEAD_LIMIT_MS}),
             )
         })
         .collect();

@@ -223,6 +223,23 @@ fn rss_bytes(pid: u32) -> Option<f64> {
     Some(kb * 1024.0)
 }
 
+/// CPU time the process has used so far, in ns: the sum over its threads of
+/// `/proc/<pid>/task/<tid>/schedstat`'s first field (ns resolution, where
+/// `stat`'s utime/stime tick at 10 ms).
+fn cpu_ns(pid: u32) -> Option<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0.0;
+    for t in tasks.flatten() {
+        let line = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        total += line
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    Some(total)
+}
+
 /// The worker's RSS with 0, 100 and 1000 kept runtimes, and the bytes each adds.
 pub fn kept_memory(rt: &tokio::runtime::Runtime, url: &str, client: &IIIClient) {
     let worker = rt.block_on(Worker::spawn(url, client, "warm_pool: 0\n"));
@@ -290,10 +307,13 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
             "sandbox::fs::write",
             json!({"sandbox_id": sid, "path": path, "content": source, "parents": true}),
         ));
+        let pid = worker.pid().expect("worker pid");
+        let n = pairs(150);
+        let cpu_before = cpu_ns(pid);
         let reuse_id = format!("profile/{variant}/reuse");
         rt.block_on(paired(
             &reuse_id,
-            150,
+            n,
             || async {
                 must(
                     client,
@@ -306,10 +326,11 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
                 direct_exec(client, &sid, &guest::run_exec(Lang::Python, PY, 10_000)).await;
             },
         ));
+        let cpu_mid = cpu_ns(pid);
         let call_id = format!("profile/{variant}/handler");
         rt.block_on(paired(
             &call_id,
-            150,
+            n,
             || async {
                 must(client, &fid, json!({"n": 21})).await;
             },
@@ -326,6 +347,20 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
                 direct_exec(client, &sid, &p).await;
             },
         ));
+        let cpu_after = cpu_ns(pid);
+        // What the worker process itself burns per call (its SDK's span
+        // and log export included): precise where the paired wall-clock
+        // difference is not.
+        if let (Some(a), Some(b), Some(c)) = (cpu_before, cpu_mid, cpu_after) {
+            record_figure(
+                &format!("profile/{variant}/worker_cpu_us_per_reuse"),
+                (b - a) / n as f64 / 1e3,
+            );
+            record_figure(
+                &format!("profile/{variant}/worker_cpu_us_per_handler_call"),
+                (c - b) / n as f64 / 1e3,
+            );
+        }
         rt.block_on(direct_stop(client, &sid));
         rt.block_on(worker.stop());
     }
