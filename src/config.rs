@@ -30,11 +30,6 @@ pub struct Config {
     pub warm_pool: usize,
     /// When a one-shot VM is stopped.
     pub oneshot_stop: OneshotStop,
-    /// Calls of one namespace's handlers that run at once in its VM, each
-    /// in its own interpreter (runs on a kept runtime stay one at a time).
-    /// At most the daemon's `max_concurrent_exec_per_sandbox` (4 by
-    /// default): above it the daemon refuses the extra execs.
-    pub handler_concurrency: usize,
     /// The engine's guest listener (an RBAC `iii-worker-manager` entry whose
     /// auth function is `sandbox-code-runner::guest-auth`) as guests reach
     /// it, e.g. `ws://127.0.0.1:49135`. Set, every guest's `iii` connects
@@ -68,15 +63,10 @@ impl Default for Config {
             vm_owner: None,
             warm_pool: 1,
             oneshot_stop: OneshotStop::BeforeResponse,
-            handler_concurrency: 4,
             guest_url: None,
         }
     }
 }
-
-/// Upper bound of `handler_concurrency` (the daemon's exec cap is far lower
-/// by default; this only refuses nonsense).
-pub const MAX_HANDLER_CONCURRENCY: usize = 64;
 
 /// Why a configuration file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -112,12 +102,6 @@ impl Config {
         let config: Config = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
         if config.max_timeout_ms == 0 {
             return Err("max_timeout_ms must be greater than 0".into());
-        }
-        if !(1..=MAX_HANDLER_CONCURRENCY).contains(&config.handler_concurrency) {
-            return Err(format!(
-                "handler_concurrency must be between 1 and {MAX_HANDLER_CONCURRENCY} (got {})",
-                config.handler_concurrency
-            ));
         }
         if let Some(url) = &config.guest_url {
             check_guest_url(url)?;
@@ -232,20 +216,6 @@ mod tests {
     #[case("guest_url: ws://127.0.0.1:1/?token=x\n", false)]
     fn guest_url_is_a_bare_websocket_url(#[case] yaml: &str, #[case] ok: bool) {
         assert_eq!(Config::parse(yaml).is_ok(), ok, "{yaml}");
-    }
-
-    #[rstest]
-    #[case("handler_concurrency: 1\n", true)]
-    #[case("handler_concurrency: 64\n", true)]
-    #[case("handler_concurrency: 0\n", false)]
-    #[case("handler_concurrency: 65\n", false)]
-    fn handler_concurrency_is_bounded(#[case] yaml: &str, #[case] ok: bool) {
-        let parsed = Config::parse(yaml);
-        assert_eq!(parsed.is_ok(), ok, "{yaml}");
-        if let Err(e) = parsed {
-            assert!(e.contains("handler_concurrency"), "{e}");
-        }
-        assert_eq!(Config::default().handler_concurrency, 4);
     }
 
     #[test]

@@ -251,27 +251,6 @@ async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
     );
 }
 
-#[rstest]
-#[case::one_at_a_time(1)]
-#[case::three_at_once(3)]
-#[tokio::test]
-async fn handler_calls_share_their_vm_up_to_handler_concurrency(#[case] limit: usize) {
-    let w = world_with(Config {
-        warm_pool: 0,
-        handler_concurrency: limit,
-        ..Config::default()
-    });
-    register_double(&w).await;
-    w.sandbox
-        .on_exec(|p| Ok(frame_for(p, "ok", &json!({"doubled": 2}))));
-    w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
-    let calls = (0..8).map(|_| w.bus.call_published("a::f", json!({"n": 1})));
-    for r in futures_util::future::join_all(calls).await {
-        assert_eq!(r.unwrap(), json!({"doubled": 2}));
-    }
-    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), limit);
-}
-
 async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
     functions::register::handle(&w.manager, payload)
         .await

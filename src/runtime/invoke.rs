@@ -30,10 +30,7 @@ impl Manager {
             .ok_or_else(|| WorkerError::RuntimeNotFound("the function was unregistered".into()))?;
         let budget = self.config.clamp_timeout(None);
         let secret = guest::new_secret();
-        // Calls share the VM with each other (each is its own interpreter),
-        // never with an install under way.
-        let _permit = rt.calls.acquire().await;
-        let slot = rt.slot.read().await;
+        let slot = rt.slot.lock().await;
         let timed = inventory::Timed::start(&rt.meta);
         let out = self
             .exec(

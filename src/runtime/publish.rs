@@ -137,7 +137,6 @@ impl Manager {
                 SdkState::Absent
             },
             self.mint_guest_token(Some(ns)),
-            self.config.handler_concurrency,
         );
         {
             let mut st = lock(&self.state);
@@ -165,7 +164,7 @@ impl Manager {
         let budget = self.config.clamp_timeout(None);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let path = guest::handler_module_path(rt.lang, seq, fid.as_str());
-        let mut slot = rt.slot.write().await;
+        let mut slot = rt.slot.lock().await;
         let gone_or = |e: SandboxError| {
             if e.is_gone() {
                 InstallError::Gone

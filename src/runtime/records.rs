@@ -32,11 +32,8 @@ pub(super) struct Runtime {
     pub(super) sandbox_id: String,
     pub(super) lang: Lang,
     pub(super) namespace: Option<Namespace>,
-    /// Runs and handler installs hold it alone (one exec at a time); handler
-    /// calls share it, at most `calls` of them at once.
-    pub(super) slot: tokio::sync::RwLock<Slot>,
-    /// Handler calls in the VM at once (`handler_concurrency`).
-    pub(super) calls: tokio::sync::Semaphore,
+    /// One exec at a time: the VM's single slot.
+    pub(super) slot: tokio::sync::Mutex<Slot>,
     /// Published function id → module path inside the VM.
     pub(super) functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
@@ -53,7 +50,6 @@ impl Runtime {
         namespace: Option<Namespace>,
         sdk: SdkState,
         token: Option<TokenLease>,
-        call_concurrency: usize,
     ) -> Arc<Runtime> {
         // A namespace VM runs tenant code only once a handler is checked;
         // a kept VM already ran its first run.
@@ -63,8 +59,7 @@ impl Runtime {
             sandbox_id,
             lang,
             namespace,
-            slot: tokio::sync::RwLock::new(Slot { sdk, pristine }),
-            calls: tokio::sync::Semaphore::new(call_concurrency.max(1)),
+            slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
             meta: inventory::Meta::new(),

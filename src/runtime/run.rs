@@ -77,7 +77,7 @@ impl Manager {
             } else {
                 SdkState::Absent
             };
-            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token, 1);
+            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token);
             rt.meta.used(Duration::from_millis(out.duration_ms));
             {
                 let mut st = lock(&self.state);
@@ -123,7 +123,7 @@ impl Manager {
                 ));
             }
         }
-        let mut slot = rt.slot.write().await;
+        let mut slot = rt.slot.lock().await;
         let timed = inventory::Timed::start(&rt.meta);
         let outcome = async {
             if slot.sdk == SdkState::Absent && guest::names_iii(code) {
