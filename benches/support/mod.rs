@@ -250,8 +250,10 @@ pub const OVERHEAD_LIMIT_MS: f64 = 0.5;
 
 /// Paired overhead measurements: (worker p50, direct p50, p50 of the paired
 /// differences, and that p50's 95% bootstrap interval), in ms.
-pub static PAIRED: Mutex<BTreeMap<String, (f64, f64, f64, (f64, f64))>> =
-    Mutex::new(BTreeMap::new());
+pub static PAIRED: Mutex<BTreeMap<String, PairedFigure>> = Mutex::new(BTreeMap::new());
+
+/// (worker p50, direct p50, overhead p50, overhead p50's 95% interval), ms.
+pub type PairedFigure = (f64, f64, f64, (f64, f64));
 
 /// How many alternated pairs an overhead figure takes: `SCR_BENCH_PAIRS`,
 /// else `default`.
