@@ -285,6 +285,10 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
     for (variant, env) in [
         ("as_shipped", vec![]),
         ("otel_live_spans_on", vec![("OTEL_LIVE_SPANS", "true")]),
+        (
+            "spans_flush_1s",
+            vec![("OTEL_SPANS_FLUSH_INTERVAL_MS", "1000")],
+        ),
         ("otel_off", vec![("OTEL_ENABLED", "false")]),
     ] {
         let worker = rt.block_on(Worker::spawn_with_env(url, client, "warm_pool: 0\n", &env));
