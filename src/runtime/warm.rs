@@ -3,6 +3,7 @@
 //! python SDK in pooled VMs once the worker has it archived, and draining
 //! the pool under capacity pressure.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{lock, Manager};
@@ -74,7 +75,7 @@ impl Manager {
         match self.create_vm(lang).await {
             Err(e) if e.is_capacity() => {
                 if self.drain_pool().await == 0 {
-                    drop(refill());
+                    self.refill(lang);
                     return Err(e);
                 }
                 self.create_vm(lang).await.map(fresh)
@@ -85,32 +86,36 @@ impl Manager {
 
     /// Tops the pool of `lang` up in the background.
     fn refill(&self, lang: Lang) {
-        let missing = self.pool.reserve(lang);
-        let Some(me) = self.me.upgrade() else { return };
-        for _ in 0..missing {
-            let me = me.clone();
-            let totals = self.stats.pool.clone();
-            tokio::spawn(charged(totals, async move {
-                let warmed = me.warm_one(lang).await;
-                me.arrive(lang, warmed).await;
-            }));
+        for _ in 0..self.pool.reserve(lang) {
+            self.prepare_for_pool(lang, move |me| async move { me.warm_one(lang).await });
         }
     }
 
-    /// Plants the archived python SDK in the pooled VMs that lack it, off
-    /// every caller's path (charged to `pool`). Called when an archive
-    /// first exists; later pooled VMs get it as they warm.
+    /// Plants the archived python SDK in the pooled VMs that lack it. Called
+    /// when an archive first exists; later pooled VMs get it as they warm.
     pub(crate) fn plant_pooled(&self) {
-        let ids = self.pool.take_without_sdk(Lang::Python);
-        let Some(me) = self.me.upgrade() else { return };
-        for id in ids {
-            let me = me.clone();
-            let totals = self.stats.pool.clone();
-            tokio::spawn(charged(totals, async move {
-                let vm = me.with_sdk_planted(id).await;
-                me.arrive(Lang::Python, vm).await;
-            }));
+        for id in self.pool.take_without_sdk(Lang::Python) {
+            self.prepare_for_pool(
+                Lang::Python,
+                |me| async move { me.with_sdk_planted(id).await },
+            );
         }
+    }
+
+    /// Runs one VM's preparation for the pool off every caller's path
+    /// (charged to `pool`), then hands the VM to the pool. The pool already
+    /// counts it as warming.
+    fn prepare_for_pool<F, Fut>(&self, lang: Lang, prepare: F)
+    where
+        F: FnOnce(Arc<Manager>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Option<PooledVm>> + Send + 'static,
+    {
+        let Some(me) = self.me.upgrade() else { return };
+        let totals = self.stats.pool.clone();
+        tokio::spawn(charged(totals, async move {
+            let vm = prepare(me.clone()).await;
+            me.arrive(lang, vm).await;
+        }));
     }
 
     /// A pooled python VM with the archived SDK planted when there is one.
