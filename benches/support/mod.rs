@@ -184,13 +184,19 @@ pub async fn must(client: &IIIClient, function_id: &str, payload: Value) -> Valu
 
 /// Waits (untimed) until the worker's pool holds `n` warm VMs of `lang`.
 pub async fn pool_ready(client: &IIIClient, lang: &str, n: u64) {
+    stat_reaches(client, &format!("/pool_ready/{lang}"), n).await;
+}
+
+/// Waits (untimed) until the worker's stats figure at `pointer` (a JSON
+/// pointer into `sandbox-code-runner::stats`) is at least `n`.
+pub async fn stat_reaches(client: &IIIClient, pointer: &str, n: u64) {
     let ok = wait_until(Duration::from_secs(120), || async {
         call(client, "sandbox-code-runner::stats", json!({}))
             .await
-            .is_ok_and(|s| s["pool_ready"][lang].as_u64().unwrap_or(0) >= n)
+            .is_ok_and(|s| s.pointer(pointer).and_then(Value::as_u64).unwrap_or(0) >= n)
     })
     .await;
-    assert!(ok, "the pool warms {n} {lang} VMs");
+    assert!(ok, "the worker's stats reach {pointer} >= {n}");
 }
 
 /// Waits (untimed) until the daemon holds at most `n` sandboxes.

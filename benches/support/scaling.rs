@@ -59,7 +59,8 @@ pub fn python_iii_cold(
                             // Untimed: the last run's VM has stopped and,
                             // pooled, the refill is warm with the SDK in it.
                             if pooled {
-                                sdk_pool_ready(client).await;
+                                // A python VM with the SDK planted.
+                                stat_reaches(client, "/python_sdk/pool_ready_with_sdk", 1).await;
                                 settled(client, 2).await;
                             } else {
                                 settled(client, 0).await;
@@ -106,17 +107,6 @@ pub fn python_iii_cold(
         );
         rt.block_on(worker.stop());
     }
-}
-
-/// Waits (untimed) until the worker's pool holds a python VM with the SDK.
-async fn sdk_pool_ready(client: &IIIClient) {
-    let ok = wait_until(Duration::from_secs(120), || async {
-        call(client, "sandbox-code-runner::stats", json!({}))
-            .await
-            .is_ok_and(|s| s["python_sdk"]["pool_ready_with_sdk"].as_u64().unwrap_or(0) >= 1)
-    })
-    .await;
-    assert!(ok, "the pool warms a python VM with the SDK planted");
 }
 
 /// N parallel one-shot runs (no pool: each boots) against N parallel direct

@@ -1215,6 +1215,8 @@ async fn fs_ops_reset_the_idle_clock_list_does_not() {
                         timeout_ms: Some(10_000),
                     })
                     .await;
+                // The pause is the behaviour under test: fs activity every
+                // 200 ms, well inside the 2 s idle timeout.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })

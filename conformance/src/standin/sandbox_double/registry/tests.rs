@@ -148,6 +148,17 @@ fn reaping_needs_strictly_more_than_its_bound(
     cleanup(&reg);
 }
 
+/// Returns once the monotonic clock reads later than `t`, so that a reset
+/// of the idle clock shows as a later instant.
+fn clock_passes(t: Instant) {
+    let passed = crate::standin::wait::until_blocking(
+        Duration::from_secs(1),
+        Duration::from_micros(100),
+        || Instant::now() > t,
+    );
+    assert!(passed, "the monotonic clock advances");
+}
+
 #[test]
 fn touch_and_exec_end_reset_the_clock_but_list_does_not() {
     let reg = Registry::new(4);
@@ -157,14 +168,14 @@ fn touch_and_exec_end_reset_the_clock_but_list_does_not() {
     let t0 = last(&reg);
     let _ = reg.summaries();
     assert_eq!(last(&reg), t0, "list must not reset the idle clock");
-    std::thread::sleep(Duration::from_millis(5));
+    clock_passes(t0);
     assert!(reg.touch(id).is_ok());
     let t1 = last(&reg);
     assert!(t1 > t0, "an fs op resets the idle clock");
     assert!(reg.begin_exec(id).is_ok());
     let t2 = last(&reg);
     assert!(t2 > t1, "exec start resets the idle clock");
-    std::thread::sleep(Duration::from_millis(5));
+    clock_passes(t2);
     reg.end_exec(id);
     assert!(last(&reg) > t2, "exec end resets the idle clock");
     cleanup(&reg);
