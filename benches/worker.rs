@@ -130,6 +130,8 @@ fn main() {
     }
 
     let worker = rt.block_on(Worker::spawn(&url, &client, "warm_pool: 0\n"));
+    // The design floor beside each paired overhead (see `support::floor`).
+    let hop_floor = rt.block_on(floor::HopFloor::connect(&url));
 
     // ---- reuse: a run on a kept runtime vs a direct exec ----
     // Sub-millisecond overheads on ~20–60 ms execs: more samples.
@@ -177,7 +179,14 @@ fn main() {
                 })
             });
             ids.push(format!("reuse/{id}"));
-            rt.block_on(paired(
+            let floor_key = format!("reuse/{lang}");
+            hop_floor.plan(
+                &floor_key,
+                &sid,
+                &guest::run_exec(lang, code_of(lang), 10_000),
+            );
+            rt.block_on(floor::paired_with_floor(
+                &target,
                 &format!("reuse/{lang}"),
                 pairs(PAIRS),
                 || async {
@@ -188,6 +197,7 @@ fn main() {
                     )
                     .await;
                 },
+                || floor::through_floor(&client, &floor_key),
                 || async {
                     direct_exec(&client, &sid, &guest::run_exec(lang, code_of(lang), 10_000)).await;
                 },
@@ -269,12 +279,28 @@ fn main() {
             let id = format!("direct_exec/{lang}");
             g.bench_function(&id, |b| b.to_async(&rt).iter(direct_call));
             ids.push(format!("handler_call/{id}"));
-            rt.block_on(paired(
+            let floor_key = format!("handler_call/{lang}");
+            hop_floor.plan(
+                &floor_key,
+                &sid,
+                &guest::invoke_exec(
+                    lang,
+                    &fid,
+                    &path,
+                    guest::InvokeMode::Call,
+                    &json!({"n": 21}),
+                    &guest::new_secret(),
+                    10_000,
+                ),
+            );
+            rt.block_on(floor::paired_with_floor(
+                &target,
                 &format!("handler_call/{lang}"),
                 pairs(PAIRS),
                 || async {
                     must(&client, &fid, json!({"n": 21})).await;
                 },
+                || floor::through_floor(&client, &floor_key),
                 direct_call,
             ));
             rt.block_on(direct_stop(&client, &sid));
@@ -282,6 +308,7 @@ fn main() {
         g.finish();
     }
     rt.block_on(worker.stop());
+    rt.block_on(hop_floor.shutdown());
 
     // ---- concurrency: N parallel one-shots ----
     if group_enabled("concurrency") {
@@ -433,7 +460,8 @@ fn main() {
             ),
         ],
     );
-    // The per-call overheads are the paired p50 differences (`paired`, in
+    // The per-call overheads are the paired p50 differences (`paired` and
+    // `floor::paired_with_floor`, in
     // the summary's `paired_overhead`): criterion's medians of separate
     // runs differ by more than the overhead itself on a loaded host.
 }

@@ -3,6 +3,7 @@
 //! client, direct `sandbox::*` baselines, and the JSON summary.
 #![allow(dead_code)]
 
+pub mod floor;
 pub mod scaling;
 
 use std::collections::BTreeMap;
@@ -91,6 +92,23 @@ impl Target {
             Target::Hermetic(b) => b.url(),
             Target::Live(u) => u.clone(),
         }
+    }
+
+    /// The daemon's share, in ms, of the calls made since `since`: the
+    /// stand-in engine's time from forwarding each `sandbox::exec` to its
+    /// answer. `None` on a live engine, which does not expose it.
+    pub fn exec_ms_since(&self, since: Instant) -> Option<f64> {
+        let Target::Hermetic(stack) = self else {
+            return None;
+        };
+        let relays = stack.engine()?.relays_since(since);
+        Some(
+            relays
+                .iter()
+                .filter(|r| r.function_id == "sandbox::exec")
+                .map(|r| (r.answered_at - r.forwarded_at).as_secs_f64() * 1e3)
+                .sum(),
+        )
     }
 
     pub fn label(&self) -> &'static str {
@@ -273,7 +291,7 @@ pub fn pairs(default: usize) -> usize {
 
 /// The 2.5th and 97.5th percentiles of the p50 over 1,000 resamples: how
 /// far the overhead figure could move on another run of this host.
-fn bootstrap_p50(diffs: &[f64]) -> (f64, f64) {
+pub(crate) fn bootstrap_p50(diffs: &[f64]) -> (f64, f64) {
     let mut medians: Vec<f64> = (0..1000)
         .map(|_| {
             p50((0..diffs.len())
@@ -285,7 +303,7 @@ fn bootstrap_p50(diffs: &[f64]) -> (f64, f64) {
     (medians[25], medians[974])
 }
 
-fn p50(mut v: Vec<f64>) -> f64 {
+pub(crate) fn p50(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
@@ -344,12 +362,9 @@ pub async fn direct_create(client: &IIIClient, image: &str) -> String {
     v["sandbox_id"].as_str().expect("sandbox_id").to_string()
 }
 
-/// `sandbox::exec` of exactly what the worker would exec.
-pub async fn direct_exec(
-    client: &IIIClient,
-    sandbox_id: &str,
-    p: &sandbox_code_runner::sandbox::ExecParams,
-) -> Value {
+/// The `sandbox::exec` payload of `p` in `sandbox_id`: what the worker
+/// sends for the same exec.
+pub fn exec_payload(sandbox_id: &str, p: &sandbox_code_runner::sandbox::ExecParams) -> Value {
     use base64::Engine as _;
     let mut payload = json!({
         "sandbox_id": sandbox_id,
@@ -363,7 +378,16 @@ pub async fn direct_exec(
     if let Some(w) = &p.workdir {
         payload["workdir"] = json!(w);
     }
-    must(client, "sandbox::exec", payload).await
+    payload
+}
+
+/// `sandbox::exec` of exactly what the worker would exec.
+pub async fn direct_exec(
+    client: &IIIClient,
+    sandbox_id: &str,
+    p: &sandbox_code_runner::sandbox::ExecParams,
+) -> Value {
+    must(client, "sandbox::exec", exec_payload(sandbox_id, p)).await
 }
 
 pub async fn direct_stop(client: &IIIClient, sandbox_id: &str) {
@@ -477,11 +501,23 @@ pub fn write_summary(
                     "OVER"
                 }
             );
-            (
-                k.clone(),
-                json!({"worker_p50_ms": w, "direct_p50_ms": d, "overhead_p50_ms": o,
-                       "overhead_p50_ci95_ms": [lo, hi], "limit_ms": OVERHEAD_LIMIT_MS}),
-            )
+            let mut entry = json!({"worker_p50_ms": w, "direct_p50_ms": d, "overhead_p50_ms": o,
+                                   "overhead_p50_ci95_ms": [lo, hi], "limit_ms": OVERHEAD_LIMIT_MS});
+            if let Some(f) = floor::FLOORS.lock().unwrap().get(k) {
+                entry["floor"] = f.wall.json();
+                if let Some(h) = &f.daemon_excluded {
+                    eprintln!(
+                        "{k}: without the daemon's share: worker overhead {:.3} ms (limit {OVERHEAD_LIMIT_MS} ms) {}, \
+                         floor {:.3} ms, worker above the floor {:.3} ms",
+                        h.worker.p50,
+                        if h.worker.p50 <= OVERHEAD_LIMIT_MS { "ok" } else { "OVER" },
+                        h.floor.p50,
+                        h.above_floor.p50
+                    );
+                    entry["daemon_excluded"] = h.json();
+                }
+            }
+            (k.clone(), entry)
         })
         .collect();
     let bounded: serde_json::Map<String, Value> = BOUNDED

@@ -288,3 +288,47 @@ async fn ping_is_answered_with_pong() {
     assert!(matches!(wspong, Message::Pong(ref p) if p.as_ref() == [1u8, 2]));
     engine.shutdown().await;
 }
+
+/// The relay timings benches use to take the daemon's share out of a call:
+/// each answered call appears once, with its callee's time inside the
+/// caller's, and calls forwarded before `since` do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_record_when_each_call_was_forwarded_and_answered() {
+    let engine = StandInEngine::start(0).await.expect("engine starts");
+    let worker = client(&engine.url(), "relay-worker").await;
+    let caller = client(&engine.url(), "relay-caller").await;
+    worker.register_function(
+        "relay::slow",
+        RegisterFunction::new_async(|_input: Value| async move {
+            // The callee's share under test: what the relay must contain.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok(json!({}))
+        }),
+    );
+    wait_visible(&caller, "relay::slow").await;
+    caller
+        .trigger(req("relay::slow", json!({})))
+        .await
+        .expect("first call");
+
+    let since = std::time::Instant::now();
+    caller
+        .trigger(req("relay::slow", json!({})))
+        .await
+        .expect("second call");
+    let seen = since.elapsed();
+
+    let relays: Vec<_> = engine
+        .relays_since(since)
+        .into_iter()
+        .filter(|r| r.function_id == "relay::slow")
+        .collect();
+    assert_eq!(relays.len(), 1, "only the call made after `since`");
+    let share = relays[0].answered_at - relays[0].forwarded_at;
+    assert!(
+        share >= Duration::from_millis(30),
+        "the callee's 30 ms are inside its relay: {share:?}"
+    );
+    assert!(share <= seen, "the relay is inside what the caller saw");
+    engine.shutdown().await;
+}

@@ -238,6 +238,17 @@ impl StandInEngine {
         lock(&self.state).telemetry.iter().cloned().collect()
     }
 
+    /// The relayed calls that were forwarded at or after `since` and are
+    /// answered, oldest first (the last 256 relays are kept).
+    pub fn relays_since(&self, since: std::time::Instant) -> Vec<Relay> {
+        lock(&self.state)
+            .relays
+            .iter()
+            .filter(|r| r.forwarded_at >= since)
+            .cloned()
+            .collect()
+    }
+
     /// Names of the live, named workers. For tests and leak checks.
     pub fn worker_names(&self) -> Vec<String> {
         let st = lock(&self.state);
@@ -333,6 +344,22 @@ struct State {
     telemetry_bytes: usize,
     /// Calls the engine itself made (auth, hooks), by invocation id.
     engine_calls: HashMap<String, EngineCall>,
+    /// The last relayed calls' timings, oldest first (bounded).
+    relays: std::collections::VecDeque<Relay>,
+}
+
+/// How many relayed calls' timings the engine keeps.
+const RELAYS_KEPT: usize = 256;
+
+/// One call the engine relayed and saw answered: when it forwarded the call
+/// to its owner and when the answer came back. What lies between is the
+/// callee's share of the call, as the engine sees it; benches subtract the
+/// daemon's share from what their caller saw.
+#[derive(Debug, Clone)]
+pub struct Relay {
+    pub function_id: String,
+    pub forwarded_at: std::time::Instant,
+    pub answered_at: std::time::Instant,
 }
 
 /// Where the answer of an engine-originated call goes.
@@ -363,6 +390,7 @@ impl State {
             triggers: BTreeMap::new(),
             started_at_ms: now_ms(),
             telemetry: std::collections::VecDeque::new(),
+            relays: std::collections::VecDeque::new(),
             telemetry_bytes: 0,
             engine_calls: HashMap::new(),
         }
@@ -401,6 +429,7 @@ struct PendingCall {
     caller: Uuid,
     callee: Uuid,
     function_id: String,
+    forwarded_at: std::time::Instant,
 }
 
 struct TriggerType {

@@ -106,6 +106,14 @@ pub(super) fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) 
                     baggage: msg.get("baggage"),
                 });
                 send(&st, p.caller, frame);
+                if st.relays.len() == RELAYS_KEPT {
+                    st.relays.pop_front();
+                }
+                st.relays.push_back(Relay {
+                    function_id: p.function_id,
+                    forwarded_at: p.forwarded_at,
+                    answered_at: std::time::Instant::now(),
+                });
             }
         }
         "registertriggertype" => {
@@ -308,6 +316,7 @@ pub(super) fn disconnect(state: &Shared, gone: Uuid) {
                     caller: p.caller,
                     callee: p.callee,
                     function_id: p.function_id.clone(),
+                    forwarded_at: p.forwarded_at,
                 },
             )
         })

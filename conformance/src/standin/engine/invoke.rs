@@ -126,6 +126,7 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
                     caller: from,
                     callee,
                     function_id: function_id.clone(),
+                    forwarded_at: std::time::Instant::now(),
                 },
             );
         }
