@@ -264,35 +264,13 @@ fn main() {
             ));
             // The baseline: the same exec the worker makes, sent directly.
             let direct_call = || async {
-                let secret = guest::new_secret();
-                let p = guest::invoke_exec(
-                    lang,
-                    &fid,
-                    &path,
-                    guest::InvokeMode::Call,
-                    &json!({"n": 21}),
-                    &secret,
-                    10_000,
-                );
-                direct_exec(&client, &sid, &p).await;
+                direct_exec(&client, &sid, &handler_call_exec(lang, &fid, &path)).await;
             };
             let id = format!("direct_exec/{lang}");
             g.bench_function(&id, |b| b.to_async(&rt).iter(direct_call));
             ids.push(format!("handler_call/{id}"));
             let floor_key = format!("handler_call/{lang}");
-            hop_floor.plan(
-                &floor_key,
-                &sid,
-                &guest::invoke_exec(
-                    lang,
-                    &fid,
-                    &path,
-                    guest::InvokeMode::Call,
-                    &json!({"n": 21}),
-                    &guest::new_secret(),
-                    10_000,
-                ),
-            );
+            hop_floor.plan(&floor_key, &sid, &handler_call_exec(lang, &fid, &path));
             rt.block_on(floor::paired_with_floor(
                 &target,
                 &format!("handler_call/{lang}"),

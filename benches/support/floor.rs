@@ -26,6 +26,10 @@ use serde_json::{json, Value};
 
 use super::{bootstrap_p50, p50, PairedFigure, Target, PAIRED};
 
+/// What the worker may add above the bare forwarder, in ms (p50, the
+/// daemon's share out): ~3× its own work between its sandbox calls.
+pub const ABOVE_FLOOR_LIMIT_MS: f64 = 0.1;
+
 /// The forwarder's function id.
 pub const FORWARD: &str = "bench-floor::forward_exec";
 
@@ -236,6 +240,13 @@ pub async fn paired_with_floor<A, FA, F, FF, B, FB>(
     eprintln!("{id}: over {n} rounds: {}", wall_figures.line());
     if let Some(h) = &daemon_excluded {
         eprintln!("{id}: the daemon's share taken out: {}", h.line());
+        // What the worker's own design adds to the hop every worker pays:
+        // its work between its sandbox calls, request and response.
+        super::record_bounded(
+            &format!("{id}/worker_above_floor_ms_p50"),
+            h.above_floor.p50,
+            ABOVE_FLOOR_LIMIT_MS,
+        );
     }
     PAIRED.lock().unwrap().insert(id.to_string(), figure);
     FLOORS.lock().unwrap().insert(

@@ -381,6 +381,24 @@ pub fn exec_payload(sandbox_id: &str, p: &sandbox_code_runner::sandbox::ExecPara
     payload
 }
 
+/// The exec of one call of a registered handler at `path` with the benches'
+/// payload `{"n": 21}` and a fresh secret: what the worker sends for it.
+pub fn handler_call_exec(
+    lang: sandbox_code_runner::ids::Lang,
+    function_id: &str,
+    path: &str,
+) -> sandbox_code_runner::sandbox::ExecParams {
+    sandbox_code_runner::guest::invoke_exec(
+        lang,
+        function_id,
+        path,
+        sandbox_code_runner::guest::InvokeMode::Call,
+        &json!({"n": 21}),
+        &sandbox_code_runner::guest::new_secret(),
+        10_000,
+    )
+}
+
 /// `sandbox::exec` of exactly what the worker would exec.
 pub async fn direct_exec(
     client: &IIIClient,

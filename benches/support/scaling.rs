@@ -329,16 +329,7 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
                 must(client, &fid, json!({"n": 21})).await;
             },
             || async {
-                let p = guest::invoke_exec(
-                    Lang::Python,
-                    &fid,
-                    &path,
-                    guest::InvokeMode::Call,
-                    &json!({"n": 21}),
-                    &guest::new_secret(),
-                    10_000,
-                );
-                direct_exec(client, &sid, &p).await;
+                direct_exec(client, &sid, &handler_call_exec(Lang::Python, &fid, &path)).await;
             },
         ));
         let cpu_after = cpu_ns(pid);
