@@ -272,8 +272,13 @@ async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
         assert_eq!(out["stdout"], "4\n");
         assert!(out.get("runtime_id").is_none());
     }
+    // The refill starts after the taker's first exec, so the used VMs can
+    // be gone before a refill's create lands: settled means both refills are
+    // ready and nothing else is left.
     let settled = wait_for(Duration::from_secs(20), || async {
-        h.live_sandboxes() == 2
+        let s = h.call("sandbox-code-runner::stats", json!({})).await;
+        s.is_ok_and(|s| s["pool_ready"] == json!({"node": 1, "python": 1}))
+            && h.live_sandboxes() == 2
     })
     .await;
     assert!(settled, "used VMs are stopped, the pool refilled");
