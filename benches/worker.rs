@@ -331,7 +331,7 @@ fn main() {
         scaling::kept_memory(&rt, &url, &client);
     }
     if group_enabled("overhead_profile") {
-        scaling::overhead_profile(&rt, &url, &client);
+        scaling::overhead_profile(&rt, &target, &client);
     }
     for mode in ["oneshot", "keep", "oneshot_no_pool", "keep_no_pool"] {
         let m = |v: &str| {
@@ -438,8 +438,8 @@ fn main() {
             ),
         ],
     );
-    // The per-call overheads are the paired p50 differences (`paired` and
-    // `floor::paired_with_floor`, in
+    // The per-call overheads are the paired p50 differences
+    // (`floor::paired_with_floor`, in
     // the summary's `paired_overhead`): criterion's medians of separate
     // runs differ by more than the overhead itself on a loaded host.
 }

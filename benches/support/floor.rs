@@ -190,8 +190,10 @@ const ORDERS: [[usize; 3]; 6] = [
     [2, 1, 0],
 ];
 
-/// Like [`super::paired`], with the forwarder as a third side: records the
-/// worker's overhead (as `paired` does) and the floor figures. On the
+/// Alternates the worker, the forwarder and the direct call `n` times, in
+/// every order in turn, so that drift and background noise hit each side
+/// alike. Records the p50 of the paired worker − direct differences (with
+/// its 95% bootstrap interval) under `PAIRED`, and the floor figures. On the
 /// hermetic bench each call's time is also taken without the daemon's
 /// share (the stand-in engine's time from forwarding its `sandbox::exec`
 /// to the answer): the exec's own jitter, which is most of the spread of

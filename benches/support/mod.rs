@@ -308,49 +308,6 @@ pub(crate) fn p50(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Alternates `worker` and `direct` calls `n` times, so that drift and
-/// background noise hit both sides alike, and records the p50 of the paired
-/// differences: the worker's overhead over the same work done directly.
-pub async fn paired<A, FA, B, FB>(id: &str, n: usize, mut worker: A, mut direct: B)
-where
-    A: FnMut() -> FA,
-    FA: std::future::Future<Output = ()>,
-    B: FnMut() -> FB,
-    FB: std::future::Future<Output = ()>,
-{
-    let (mut ws, mut ds, mut diffs) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..n {
-        // Alternate which side goes first, so order effects cancel too.
-        let (w, d) = if i % 2 == 0 {
-            let t = Instant::now();
-            worker().await;
-            let w = t.elapsed();
-            let t = Instant::now();
-            direct().await;
-            (w, t.elapsed())
-        } else {
-            let t = Instant::now();
-            direct().await;
-            let d = t.elapsed();
-            let t = Instant::now();
-            worker().await;
-            (t.elapsed(), d)
-        };
-        let (w, d) = (w.as_secs_f64() * 1e3, d.as_secs_f64() * 1e3);
-        ws.push(w);
-        ds.push(d);
-        diffs.push(w - d);
-    }
-    let ci = bootstrap_p50(&diffs);
-    let r = (p50(ws), p50(ds), p50(diffs), ci);
-    eprintln!(
-        "{id}: paired over {n}: worker p50 {:.3} ms, direct p50 {:.3} ms, overhead p50 {:.3} ms \
-         (95% interval {:.3}..{:.3})",
-        r.0, r.1, r.2, ci.0, ci.1
-    );
-    PAIRED.lock().unwrap().insert(id.to_string(), r);
-}
-
 /// A sandbox created directly (no worker), for the baselines.
 pub async fn direct_create(client: &IIIClient, image: &str) -> String {
     let v = must(

@@ -268,9 +268,17 @@ pub fn kept_memory(rt: &tokio::runtime::Runtime, url: &str, client: &IIIClient) 
 
 /// Where the per-call overhead goes: the paired reuse and handler overheads
 /// (python) of a worker as shipped (no live span-start frames), with the
-/// SDK's live span-start frames back on, and with its OpenTelemetry off.
-pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIIClient) {
+/// SDK's live span-start frames back on, with a 1 s span flush, and with its
+/// OpenTelemetry off.
+///
+/// Each overhead comes with the bare forwarder's floor and, on the hermetic
+/// bench, with the daemon's share taken out (`floor::paired_with_floor`):
+/// the variants differ by tenths of a millisecond, which only the latter
+/// resolves.
+pub fn overhead_profile(rt: &tokio::runtime::Runtime, target: &Target, client: &IIIClient) {
     const PY: &str = "print(2+2)";
+    let url = &target.url();
+    let hop_floor = rt.block_on(super::floor::HopFloor::connect(url));
     let source = "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}\n";
     for (variant, env) in [
         ("as_shipped", vec![]),
@@ -305,7 +313,9 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
         let n = pairs(150);
         let cpu_before = cpu_ns(pid);
         let reuse_id = format!("profile/{variant}/reuse");
-        rt.block_on(paired(
+        hop_floor.plan(&reuse_id, &sid, &guest::run_exec(Lang::Python, PY, 10_000));
+        rt.block_on(super::floor::paired_with_floor(
+            target,
             &reuse_id,
             n,
             || async {
@@ -316,18 +326,26 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
                 )
                 .await;
             },
+            || super::floor::through_floor(client, &reuse_id),
             || async {
                 direct_exec(client, &sid, &guest::run_exec(Lang::Python, PY, 10_000)).await;
             },
         ));
         let cpu_mid = cpu_ns(pid);
         let call_id = format!("profile/{variant}/handler");
-        rt.block_on(paired(
+        hop_floor.plan(
+            &call_id,
+            &sid,
+            &handler_call_exec(Lang::Python, &fid, &path),
+        );
+        rt.block_on(super::floor::paired_with_floor(
+            target,
             &call_id,
             n,
             || async {
                 must(client, &fid, json!({"n": 21})).await;
             },
+            || super::floor::through_floor(client, &call_id),
             || async {
                 direct_exec(client, &sid, &handler_call_exec(Lang::Python, &fid, &path)).await;
             },
@@ -349,4 +367,5 @@ pub fn overhead_profile(rt: &tokio::runtime::Runtime, url: &str, client: &IIICli
         rt.block_on(direct_stop(client, &sid));
         rt.block_on(worker.stop());
     }
+    rt.block_on(hop_floor.shutdown());
 }
