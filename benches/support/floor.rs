@@ -24,7 +24,7 @@ use iii_sdk::runtime::FunctionRef;
 use iii_sdk::{IIIClient, RegisterFunction};
 use serde_json::{json, Value};
 
-use super::{bootstrap_p50, p50, PairedFigure, Target, PAIRED};
+use super::{bootstrap_p50, p50, Target};
 
 /// What the worker may add above the bare forwarder, in ms (p50, the
 /// daemon's share out): ~3× its own work between its sandbox calls.
@@ -167,16 +167,19 @@ impl Overheads {
     }
 }
 
-/// The floor figures of one overhead id: from wall times, and, on the
-/// hermetic bench, with the daemon's share of each call taken out.
+/// One paired overhead: the worker's and the direct call's p50 wall times,
+/// the three overheads from wall times, and, on the hermetic bench, the same
+/// with the daemon's share of each call taken out. In ms.
 #[derive(Clone, Copy)]
-pub struct FloorFigure {
+pub struct PairedFigure {
+    pub worker_p50: f64,
+    pub direct_p50: f64,
     pub wall: Overheads,
     pub daemon_excluded: Option<Overheads>,
 }
 
-/// Floor figures by overhead id, for the summary.
-pub static FLOORS: Mutex<std::collections::BTreeMap<String, FloorFigure>> =
+/// Paired overheads by id, for the summary.
+pub static PAIRED: Mutex<std::collections::BTreeMap<String, PairedFigure>> =
     Mutex::new(std::collections::BTreeMap::new());
 
 /// Every order of (worker, floor, direct), taken in turn so that order and
@@ -193,7 +196,7 @@ const ORDERS: [[usize; 3]; 6] = [
 /// Alternates the worker, the forwarder and the direct call `n` times, in
 /// every order in turn, so that drift and background noise hit each side
 /// alike. Records the p50 of the paired worker − direct differences (with
-/// its 95% bootstrap interval) under `PAIRED`, and the floor figures. On the
+/// its 95% bootstrap interval) and the floor figures under `PAIRED`. On the
 /// hermetic bench each call's time is also taken without the daemon's
 /// share (the stand-in engine's time from forwarding its `sandbox::exec`
 /// to the answer): the exec's own jitter, which is most of the spread of
@@ -233,12 +236,6 @@ pub async fn paired_with_floor<A, FA, F, FF, B, FB>(
     let wall_figures = Overheads::of(&wall[0], &wall[1], &wall[2]);
     let daemon_excluded =
         (hops[0].len() == n && n > 0).then(|| Overheads::of(&hops[0], &hops[1], &hops[2]));
-    let figure: PairedFigure = (
-        p50(wall[0].clone()),
-        p50(wall[2].clone()),
-        wall_figures.worker.p50,
-        wall_figures.worker.ci,
-    );
     eprintln!("{id}: over {n} rounds: {}", wall_figures.line());
     if let Some(h) = &daemon_excluded {
         eprintln!("{id}: the daemon's share taken out: {}", h.line());
@@ -250,10 +247,11 @@ pub async fn paired_with_floor<A, FA, F, FF, B, FB>(
             ABOVE_FLOOR_LIMIT_MS,
         );
     }
-    PAIRED.lock().unwrap().insert(id.to_string(), figure);
-    FLOORS.lock().unwrap().insert(
+    PAIRED.lock().unwrap().insert(
         id.to_string(),
-        FloorFigure {
+        PairedFigure {
+            worker_p50: p50(wall[0].clone()),
+            direct_p50: p50(wall[2].clone()),
             wall: wall_figures,
             daemon_excluded,
         },

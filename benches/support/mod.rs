@@ -272,13 +272,6 @@ pub fn record_bounded(id: &str, value: f64, limit: f64) {
 /// The per-call overhead budget, in ms (paired p50).
 pub const OVERHEAD_LIMIT_MS: f64 = 0.5;
 
-/// Paired overhead measurements: (worker p50, direct p50, p50 of the paired
-/// differences, and that p50's 95% bootstrap interval), in ms.
-pub static PAIRED: Mutex<BTreeMap<String, PairedFigure>> = Mutex::new(BTreeMap::new());
-
-/// (worker p50, direct p50, overhead p50, overhead p50's 95% interval), ms.
-pub type PairedFigure = (f64, f64, f64, (f64, f64));
-
 /// How many alternated pairs an overhead figure takes: `SCR_BENCH_PAIRS`,
 /// else `default`.
 pub fn pairs(default: usize) -> usize {
@@ -463,34 +456,30 @@ pub fn write_summary(
             ratio_out.push(json!({"name": label, "numerator": num, "denominator": den, "ratio": r, "limit": limit}));
         }
     }
-    let paired: serde_json::Map<String, Value> = PAIRED
+    let paired: serde_json::Map<String, Value> = floor::PAIRED
         .lock()
         .unwrap()
         .iter()
-        .map(|(k, (w, d, o, (lo, hi)))| {
+        .map(|(k, f)| {
+            let o = f.wall.worker.p50;
             eprintln!(
                 "{k}: worker overhead (paired p50) {o:.3} ms (limit {OVERHEAD_LIMIT_MS} ms) {}",
-                if *o <= OVERHEAD_LIMIT_MS {
-                    "ok"
-                } else {
-                    "OVER"
-                }
+                if o <= OVERHEAD_LIMIT_MS { "ok" } else { "OVER" }
             );
-            let mut entry = json!({"worker_p50_ms": w, "direct_p50_ms": d, "overhead_p50_ms": o,
-                                   "overhead_p50_ci95_ms": [lo, hi], "limit_ms": OVERHEAD_LIMIT_MS});
-            if let Some(f) = floor::FLOORS.lock().unwrap().get(k) {
-                entry["floor"] = f.wall.json();
-                if let Some(h) = &f.daemon_excluded {
-                    eprintln!(
-                        "{k}: without the daemon's share: worker overhead {:.3} ms (limit {OVERHEAD_LIMIT_MS} ms) {}, \
-                         floor {:.3} ms, worker above the floor {:.3} ms",
-                        h.worker.p50,
-                        if h.worker.p50 <= OVERHEAD_LIMIT_MS { "ok" } else { "OVER" },
-                        h.floor.p50,
-                        h.above_floor.p50
-                    );
-                    entry["daemon_excluded"] = h.json();
-                }
+            let (lo, hi) = f.wall.worker.ci;
+            let mut entry = json!({"worker_p50_ms": f.worker_p50, "direct_p50_ms": f.direct_p50,
+                                   "overhead_p50_ms": o, "overhead_p50_ci95_ms": [lo, hi],
+                                   "limit_ms": OVERHEAD_LIMIT_MS, "floor": f.wall.json()});
+            if let Some(h) = &f.daemon_excluded {
+                eprintln!(
+                    "{k}: without the daemon's share: worker overhead {:.3} ms (limit {OVERHEAD_LIMIT_MS} ms) {}, \
+                     floor {:.3} ms, worker above the floor {:.3} ms",
+                    h.worker.p50,
+                    if h.worker.p50 <= OVERHEAD_LIMIT_MS { "ok" } else { "OVER" },
+                    h.floor.p50,
+                    h.above_floor.p50
+                );
+                entry["daemon_excluded"] = h.json();
             }
             (k.clone(), entry)
         })
