@@ -77,6 +77,7 @@ pub(crate) const PREPLANT_WINDOW: Duration = Duration::from_secs(600);
 
 /// The archives, and the gate that makes a cold worker pip-install once
 /// rather than once per concurrent VM.
+#[derive(Default)]
 pub struct PySdkCache {
     /// Newest first.
     archives: Mutex<VecDeque<Arc<Archive>>>,
@@ -84,17 +85,6 @@ pub struct PySdkCache {
     counters: SdkCounters,
     /// When a python run last wanted `iii`.
     wanted_at: Mutex<Option<Instant>>,
-}
-
-impl Default for PySdkCache {
-    fn default() -> PySdkCache {
-        PySdkCache {
-            archives: Mutex::default(),
-            fill: tokio::sync::Mutex::default(),
-            counters: SdkCounters::default(),
-            wanted_at: Mutex::new(None),
-        }
-    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -111,10 +101,10 @@ impl PySdkCache {
         *self.wanted_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
-    /// Whether a pooled python VM should get the archive now.
-    fn preplant_due(&self) -> bool {
+    /// Whether a pooled python VM should get the archive at `now`.
+    fn preplant_due(&self, now: Instant) -> bool {
         let wanted = *self.wanted_at.lock().unwrap_or_else(|p| p.into_inner());
-        wanted.is_some_and(|t| t.elapsed() < PREPLANT_WINDOW) && self.newest().is_some()
+        wanted.is_some_and(|t| now.duration_since(t) < PREPLANT_WINDOW) && self.newest().is_some()
     }
 
     fn newest(&self) -> Option<Arc<Archive>> {
@@ -223,7 +213,7 @@ impl Manager {
     /// lately, in a VM no tenant has used yet (a pooled VM). Never pip:
     /// true when the SDK is in place.
     pub(crate) async fn plant_archived_sdk(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
-        if !self.python_sdk().preplant_due() {
+        if !self.python_sdk().preplant_due(Instant::now()) {
             return Ok(false);
         }
         self.plant_cached(sandbox_id, &mut Vec::new()).await
@@ -518,14 +508,14 @@ mod tests {
     fn pooled_vms_are_planted_only_while_python_runs_want_iii() {
         let c = PySdkCache::default();
         c.note_wanted();
-        assert!(!c.preplant_due(), "no archive yet");
+        assert!(!c.preplant_due(Instant::now()), "no archive yet");
         let c = PySdkCache::default();
         c.insert(archive("a"));
-        assert!(!c.preplant_due(), "no run wanted iii yet");
+        assert!(!c.preplant_due(Instant::now()), "no run wanted iii yet");
         c.note_wanted();
-        assert!(c.preplant_due());
-        *c.wanted_at.lock().unwrap() = Instant::now().checked_sub(PREPLANT_WINDOW);
-        assert!(!c.preplant_due(), "the window has passed");
+        assert!(c.preplant_due(Instant::now()));
+        let later = Instant::now() + PREPLANT_WINDOW;
+        assert!(!c.preplant_due(later), "the window has passed");
     }
 
     #[test]
