@@ -86,8 +86,41 @@ impl TriggerBinding {
     }
 }
 
+/// How a forwarded call is routed: the guest's own `action`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routing {
+    /// Request and response.
+    Wait,
+    /// Fire and forget: the answer is `null` at once.
+    Void,
+    /// Through a named queue.
+    Enqueue { queue: String },
+}
+
 /// The bus as the worker uses it.
 pub trait Bus: Send + Sync + 'static {
+    /// A call made on someone else's behalf (the guest listener's
+    /// middleware), routed as they asked, in their `namespace` (`None`:
+    /// the default). Buses without routing support only plain calls.
+    fn forward<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        routing: Routing,
+        namespace: Option<&'a str>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        match (routing, namespace) {
+            (Routing::Wait, None) => self.call(function_id, payload, timeout),
+            _ => Box::pin(async {
+                Err(BusError::new(
+                    "UNSUPPORTED",
+                    "this bus forwards plain calls in the default namespace only",
+                ))
+            }),
+        }
+    }
+
     fn call<'a>(
         &'a self,
         function_id: &'a str,
@@ -159,6 +192,36 @@ impl Bus for SdkBus {
                 })
                 .await
                 .map_err(BusError::from)
+        })
+    }
+
+    fn forward<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        routing: Routing,
+        namespace: Option<&'a str>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        Box::pin(async move {
+            let action = match routing {
+                Routing::Wait => None,
+                Routing::Void => Some(iii_sdk::protocol::TriggerAction::Void),
+                Routing::Enqueue { queue } => {
+                    Some(iii_sdk::protocol::TriggerAction::Enqueue { queue })
+                }
+            };
+            let request = TriggerRequest {
+                function_id: function_id.to_string(),
+                payload,
+                action,
+                timeout_ms: Some(timeout.as_millis().min(u64::MAX as u128) as u64),
+            };
+            let answer = match namespace {
+                Some(ns) => self.client.trigger(request.namespace(ns)).await,
+                None => self.client.trigger(request).await,
+            };
+            answer.map_err(BusError::from)
         })
     }
 

@@ -36,6 +36,15 @@ pub struct Config {
     /// there with a per-run token; unset, guests get the worker's own engine
     /// URL and can call every function on the bus (warned at boot).
     pub guest_url: Option<String>,
+    /// VMs the guests of one tenant (lineage) may hold at once through the
+    /// guest listener: their in-flight runs plus the kept and namespace
+    /// runtimes they created. Past it a guest's run gets `capacity`, and the
+    /// rest of the daemon stays for everyone else. Never applies to the main
+    /// listener.
+    pub guest_max_concurrent_runs: usize,
+    /// How deep guest runs may nest (a run started by guest code is one
+    /// level deeper than the code that started it).
+    pub guest_max_run_depth: u32,
 }
 
 /// When the VM of a one-shot run is stopped.
@@ -64,6 +73,8 @@ impl Default for Config {
             warm_pool: 1,
             oneshot_stop: OneshotStop::BeforeResponse,
             guest_url: None,
+            guest_max_concurrent_runs: 4,
+            guest_max_run_depth: 4,
         }
     }
 }

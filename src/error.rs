@@ -73,6 +73,10 @@ pub enum WorkerError {
     HandlerError(String),
     #[error("{0}")]
     Engine(String),
+    /// Another function's failure, passed on as it came (the guest
+    /// listener's middleware relays what the target answered).
+    #[error("{0}")]
+    Relayed(crate::bus::BusError),
 }
 
 impl WorkerError {
@@ -84,7 +88,7 @@ impl WorkerError {
             WorkerError::Capacity(_) => ErrorCode::Capacity,
             WorkerError::Timeout(_) => ErrorCode::Timeout,
             WorkerError::HandlerError(_) => ErrorCode::HandlerError,
-            WorkerError::Engine(_) => ErrorCode::Engine,
+            WorkerError::Engine(_) | WorkerError::Relayed(_) => ErrorCode::Engine,
         }
     }
 
@@ -94,6 +98,9 @@ impl WorkerError {
 
     /// The wire body: `(code, message)`.
     pub fn to_wire(&self) -> (String, String) {
+        if let WorkerError::Relayed(e) = self {
+            return (e.code.clone(), e.message.clone());
+        }
         let code = self.code().wire();
         let message = format!("{code}: {self}");
         (code, message)

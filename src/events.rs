@@ -25,6 +25,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::bus::Bus;
+use crate::guest_access::SCOPE_KEY;
+use crate::tenancy::Lineage;
 
 /// The trigger type subscribers bind to.
 pub const TRIGGER_TYPE: &str = "sandbox-code-runner::event";
@@ -89,6 +91,10 @@ pub struct Event {
     /// VMs stopped by the boot-time orphan sweep.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swept: Option<usize>,
+    /// The lineage that owns the runtime, when guest code created it. Never
+    /// sent: it only decides which scoped subscribers see the event.
+    #[serde(skip)]
+    pub owner: Option<Lineage>,
 }
 
 /// A subscriber's binding: which function, and its optional filters
@@ -98,6 +104,9 @@ struct Subscriber {
     function_id: String,
     events: Option<Vec<String>>,
     namespace: Option<String>,
+    /// Set by the guest listener's trigger hook: a guest's subscription
+    /// sees only what its own lineage owns.
+    scope: Option<String>,
 }
 
 impl Subscriber {
@@ -112,10 +121,15 @@ impl Subscriber {
             .get("namespace")
             .and_then(Value::as_str)
             .map(str::to_string);
+        let scope = config
+            .get(SCOPE_KEY)
+            .and_then(Value::as_str)
+            .map(str::to_string);
         Subscriber {
             function_id,
             events,
             namespace,
+            scope,
         }
     }
 
@@ -134,7 +148,11 @@ impl Subscriber {
                 .map(bare)
                 == Some(bare(ns))
         });
-        kind_ok && ns_ok
+        let scope_ok = self
+            .scope
+            .as_deref()
+            .is_none_or(|l| e.owner.as_ref().map(Lineage::as_str) == Some(l));
+        kind_ok && ns_ok && scope_ok
     }
 }
 
@@ -281,6 +299,7 @@ mod tests {
             runtime: Some(serde_json::json!({"handle": "h-1", "namespace": ns})),
             function_id: None,
             swept: None,
+            owner: None,
         }
     }
 
@@ -299,6 +318,26 @@ mod tests {
         assert!(app.wants(&created));
         assert!(!app.wants(&event(EventKind::RuntimeCreated, Some("other::"))));
         assert!(!app.wants(&event(EventKind::RuntimeCreated, None)));
+    }
+
+    #[test]
+    fn a_scoped_subscriber_sees_only_its_lineages_events() {
+        let mine = Lineage::fresh();
+        let scoped = Subscriber::from_config(
+            "g::sink".into(),
+            &serde_json::json!({ SCOPE_KEY: mine.as_str() }),
+        );
+        let owned = |owner: Option<Lineage>| Event {
+            owner,
+            ..event(EventKind::RuntimeCreated, Some("app::"))
+        };
+        assert!(scoped.wants(&owned(Some(mine.clone()))));
+        assert!(!scoped.wants(&owned(Some(Lineage::fresh()))));
+        assert!(!scoped.wants(&owned(None)));
+        let operator = Subscriber::from_config("ops::sink".into(), &serde_json::json!({}));
+        assert!(operator.wants(&owned(Some(mine))));
+        let payload = serde_json::to_value(owned(Some(Lineage::fresh()))).unwrap();
+        assert!(payload.get("owner").is_none(), "{payload}");
     }
 
     #[test]

@@ -12,10 +12,18 @@
 //!   token throws, and the engine refuses the connection.
 //! - [`GUEST_REGISTER`] is the listener's registration hook: a guest cannot
 //!   register under `sandbox::`, `sandbox-code-runner::`, or a namespace
-//!   another runtime of this worker holds. The hook is used rather than a
-//!   `function_registration_prefix` because a prefix renames what the guest
-//!   registers (`mine::f` becomes `<prefix>::mine::f`), so a run could no
-//!   longer trigger its own registration by the id it registered.
+//!   another runtime of this worker holds (unless its own lineage owns it).
+//!   The hook is used rather than a `function_registration_prefix` because a
+//!   prefix renames what the guest registers (`mine::f` becomes
+//!   `<prefix>::mine::f`), so a run could no longer trigger its own
+//!   registration by the id it registered.
+//! - [`GUEST_TRIGGER`] is the listener's trigger-registration hook: a
+//!   guest's subscription to the lifecycle events is scoped to its own
+//!   lineage (the hook writes the lineage into the binding's config, over
+//!   anything the guest put there); other trigger types pass unchanged.
+//! - The auth context carries the token's lineage and depth
+//!   ([`crate::tenancy`]); the listener's middleware (`functions::guest_gate`)
+//!   reads them back on every guest call.
 //!
 //! Tokens are capabilities like runtime ids: `Debug` redacts them, nothing
 //! logs them, and a [`TokenLease`] revokes its token when dropped.
@@ -28,11 +36,20 @@ use serde_json::{json, Value};
 
 use crate::error::WorkerError;
 use crate::ids::OWN_NAMESPACE;
+use crate::tenancy::{Guest, Lineage};
 
 /// The listener's `auth_function_id`.
 pub const GUEST_AUTH: &str = "sandbox-code-runner::guest-auth";
 /// The listener's `on_function_registration_function_id`.
 pub const GUEST_REGISTER: &str = "sandbox-code-runner::guest-register";
+/// The listener's `middleware_function_id`: every guest call passes it.
+pub const GUEST_MIDDLEWARE: &str = "sandbox-code-runner::guest-middleware";
+/// The listener's `on_trigger_registration_function_id`.
+pub const GUEST_TRIGGER: &str = "sandbox-code-runner::guest-trigger";
+
+/// The config key of a lifecycle subscription that the trigger hook scopes
+/// to one lineage. Whatever a guest writes there is overwritten.
+pub(crate) const SCOPE_KEY: &str = "_lineage";
 
 /// The env var that carries a guest's token into each exec. The wrappers
 /// append it to `III_URL` as `?token=`; it is never set at VM creation
@@ -66,6 +83,8 @@ pub(crate) const SANDBOX_CONTRACT: &[&str] = &[
 pub const INTERNAL_FUNCTIONS: &[&str] = &[
     GUEST_AUTH,
     GUEST_REGISTER,
+    GUEST_MIDDLEWARE,
+    GUEST_TRIGGER,
     crate::functions::LIST_RUNTIMES,
     crate::functions::STATS,
     crate::functions::UI_CONTENT,
@@ -77,19 +96,29 @@ pub const INTERNAL_FUNCTIONS: &[&str] = &[
 const RESERVED_NAMESPACES: &[&str] = &["sandbox", OWN_NAMESPACE];
 
 /// What a token grants beyond the common policy.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Grant {
     /// The namespace the holder's runtime serves (`register_function`
     /// runtimes), which its guests may also register ephemeral functions in.
     namespace: Option<String>,
+    /// The tenant its guests belong to, and the depth their code runs at.
+    lineage: Lineage,
+    depth: u32,
+}
+
+/// A namespace held by this worker's runtimes: how many, and the lineage
+/// that owns it (none when a trusted caller created it).
+#[derive(Debug, Clone)]
+struct Held {
+    runtimes: usize,
+    owner: Option<Lineage>,
 }
 
 /// The live tokens. Cheap to share.
 #[derive(Default)]
 pub struct GuestTokens {
     live: Mutex<HashMap<String, Grant>>,
-    /// Namespaces held by this worker's runtimes, with how many hold each.
-    held: Mutex<HashMap<String, usize>>,
+    held: Mutex<HashMap<String, Held>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,6 +161,8 @@ pub enum GuestRefusal {
     Reserved(String),
     #[error("`function_id`: namespace `{0}` belongs to another runtime")]
     Taken(String),
+    #[error("`context.lineage`: missing; this listener's auth function must be {GUEST_AUTH}")]
+    NoLineage,
 }
 
 impl From<GuestRefusal> for WorkerError {
@@ -146,14 +177,22 @@ impl GuestTokens {
     }
 
     /// A fresh 256-bit token for one run or runtime; `namespace` is the one
-    /// its runtime serves, if any.
-    pub fn mint(self: &Arc<Self>, namespace: Option<&str>) -> TokenLease {
+    /// its runtime serves, if any; its guests belong to `lineage` and run at
+    /// `depth`.
+    pub fn mint(
+        self: &Arc<Self>,
+        namespace: Option<&str>,
+        lineage: &Lineage,
+        depth: u32,
+    ) -> TokenLease {
         let bytes: [u8; 32] = rand::random();
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
         lock(&self.live).insert(
             token.clone(),
             Grant {
                 namespace: namespace.map(str::to_string),
+                lineage: lineage.clone(),
+                depth,
             },
         );
         TokenLease {
@@ -167,17 +206,24 @@ impl GuestTokens {
         lock(&self.live).len()
     }
 
-    /// Records that a runtime of this worker serves `namespace`.
-    pub fn hold(&self, namespace: &str) {
-        *lock(&self.held).entry(namespace.to_string()).or_default() += 1;
+    /// Records that a runtime of this worker serves `namespace`; the first
+    /// holder's `owner` owns it.
+    pub fn hold(&self, namespace: &str, owner: Option<&Lineage>) {
+        lock(&self.held)
+            .entry(namespace.to_string())
+            .or_insert_with(|| Held {
+                runtimes: 0,
+                owner: owner.cloned(),
+            })
+            .runtimes += 1;
     }
 
     /// Undoes one [`GuestTokens::hold`].
     pub fn release(&self, namespace: &str) {
         let mut held = lock(&self.held);
-        if let Some(n) = held.get_mut(namespace) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(h) = held.get_mut(namespace) {
+            h.runtimes -= 1;
+            if h.runtimes == 0 {
                 held.remove(namespace);
             }
         }
@@ -206,8 +252,53 @@ impl GuestTokens {
             "forbidden_functions": forbidden,
             "allow_function_registration": true,
             "allow_trigger_type_registration": false,
-            "context": { "namespace": grant.namespace },
+            "context": {
+                "namespace": grant.namespace,
+                "lineage": grant.lineage.as_str(),
+                "depth": grant.depth,
+            },
         }))
+    }
+
+    /// The guest a middleware or hook call speaks for, from the auth context
+    /// this worker issued. A context without a lineage is refused: the
+    /// listener is then not gated by this worker's auth function.
+    pub fn guest_of(context: Option<&Value>) -> Result<Guest, GuestRefusal> {
+        let c = context.ok_or(GuestRefusal::NoLineage)?;
+        let lineage = c
+            .get("lineage")
+            .and_then(Value::as_str)
+            .ok_or(GuestRefusal::NoLineage)?;
+        let depth = c.get("depth").and_then(Value::as_u64).unwrap_or(0);
+        Ok(Guest {
+            lineage: Lineage::from_context(lineage),
+            depth: u32::try_from(depth).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The trigger-registration hook: a lifecycle subscription is scoped to
+    /// the guest's lineage; any other binding passes unchanged (`{}`).
+    /// A binding that would let a trusted trigger provider call the
+    /// daemon or this worker for the guest is refused outright.
+    pub fn admit_trigger(&self, input: &Value) -> Result<Value, GuestRefusal> {
+        let target = input
+            .get("function_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let target_ns = target.split_once("::").map_or(target, |(ns, _)| ns);
+        if RESERVED_NAMESPACES.contains(&target_ns) {
+            return Err(GuestRefusal::Reserved(target_ns.to_string()));
+        }
+        if input.get("trigger_type").and_then(Value::as_str) != Some(crate::events::TRIGGER_TYPE) {
+            return Ok(json!({}));
+        }
+        let guest = GuestTokens::guest_of(input.get("context"))?;
+        let mut config = match input.get("config") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        config.insert(SCOPE_KEY.into(), guest.lineage.as_str().into());
+        Ok(json!({ "config": config }))
     }
 
     /// The registration hook: `{}` (keep everything) or a refusal.
@@ -220,14 +311,22 @@ impl GuestTokens {
         if RESERVED_NAMESPACES.contains(&namespace) {
             return Err(GuestRefusal::Reserved(namespace.to_string()));
         }
-        let own = input
-            .get("context")
+        let context = input.get("context");
+        let own = context
             .and_then(|c| c.get("namespace"))
             .and_then(Value::as_str);
-        if own != Some(namespace) && lock(&self.held).contains_key(namespace) {
-            return Err(GuestRefusal::Taken(namespace.to_string()));
+        let lineage = context
+            .and_then(|c| c.get("lineage"))
+            .and_then(Value::as_str);
+        if own == Some(namespace) {
+            return Ok(json!({}));
         }
-        Ok(json!({}))
+        match lock(&self.held).get(namespace) {
+            Some(h) if h.owner.is_none() || h.owner.as_ref().map(Lineage::as_str) != lineage => {
+                Err(GuestRefusal::Taken(namespace.to_string()))
+            }
+            _ => Ok(json!({})),
+        }
     }
 }
 
@@ -243,7 +342,7 @@ mod tests {
     #[test]
     fn a_minted_token_authenticates_until_its_lease_drops() {
         let tokens = GuestTokens::new();
-        let lease = tokens.mint(None);
+        let lease = tokens.mint(None, &Lineage::fresh(), 0);
         let policy = tokens.authenticate(&input(lease.expose())).unwrap();
         let forbidden = policy["forbidden_functions"].as_array().unwrap();
         for f in SANDBOX_CONTRACT.iter().chain(INTERNAL_FUNCTIONS) {
@@ -268,7 +367,10 @@ mod tests {
     #[test]
     fn tokens_are_fresh_and_never_printed() {
         let tokens = GuestTokens::new();
-        let (a, b) = (tokens.mint(None), tokens.mint(None));
+        let (a, b) = (
+            tokens.mint(None, &Lineage::fresh(), 0),
+            tokens.mint(None, &Lineage::fresh(), 0),
+        );
         assert_ne!(a.expose(), b.expose());
         assert!(a.expose().len() >= 43);
         assert!(!format!("{a:?}").contains(a.expose()));
@@ -295,7 +397,7 @@ mod tests {
         #[case] ok: bool,
     ) {
         let tokens = GuestTokens::new();
-        tokens.hold("billing");
+        tokens.hold("billing", None);
         let got =
             tokens.admit_registration(&json!({"function_id": id, "context": {"namespace": own}}));
         assert_eq!(got.is_ok(), ok, "{id}: {got:?}");
@@ -303,5 +405,77 @@ mod tests {
         assert!(tokens
             .admit_registration(&json!({"function_id": "billing::x", "context": {}}))
             .is_ok());
+    }
+    #[test]
+    fn the_auth_context_carries_the_lineage_and_depth_and_reads_back() {
+        let tokens = GuestTokens::new();
+        let l = Lineage::fresh();
+        let lease = tokens.mint(Some("app"), &l, 2);
+        let policy = tokens.authenticate(&input(lease.expose())).unwrap();
+        let guest = GuestTokens::guest_of(Some(&policy["context"])).unwrap();
+        assert_eq!((guest.lineage, guest.depth), (l, 2));
+        assert_eq!(policy["context"]["namespace"], "app");
+        assert!(matches!(
+            GuestTokens::guest_of(Some(&json!({"namespace": "app"}))),
+            Err(GuestRefusal::NoLineage)
+        ));
+        assert!(GuestTokens::guest_of(None).is_err());
+    }
+
+    #[test]
+    fn a_lineage_may_register_in_the_namespaces_it_owns_only() {
+        let tokens = GuestTokens::new();
+        let (a, b) = (Lineage::fresh(), Lineage::fresh());
+        tokens.hold("mine", Some(&a));
+        tokens.hold("ops", None);
+        let reg = |id: &str, l: &Lineage| {
+            tokens.admit_registration(&json!({
+                "function_id": id,
+                "context": {"lineage": l.as_str(), "depth": 1, "namespace": null}
+            }))
+        };
+        assert!(reg("mine::f", &a).is_ok());
+        assert!(matches!(reg("mine::f", &b), Err(GuestRefusal::Taken(_))));
+        assert!(matches!(reg("ops::f", &a), Err(GuestRefusal::Taken(_))));
+        assert!(reg("fresh::f", &b).is_ok());
+    }
+
+    #[test]
+    fn lifecycle_subscriptions_are_scoped_to_the_guests_lineage() {
+        let tokens = GuestTokens::new();
+        let l = Lineage::fresh();
+        let hook = |trigger_type: &str, config: Value| {
+            tokens.admit_trigger(&json!({
+                "trigger_id": "t", "trigger_type": trigger_type, "function_id": "g::sink",
+                "config": config, "metadata": null, "namespace": "default",
+                "context": {"lineage": l.as_str(), "depth": 0, "namespace": null}
+            }))
+        };
+        let forged = hook(
+            crate::events::TRIGGER_TYPE,
+            json!({"events": ["runtime.created"], SCOPE_KEY: "ln-someone-else"}),
+        )
+        .unwrap();
+        assert_eq!(forged["config"][SCOPE_KEY], l.as_str());
+        assert_eq!(forged["config"]["events"], json!(["runtime.created"]));
+        assert_eq!(
+            hook(crate::events::TRIGGER_TYPE, Value::Null).unwrap()["config"][SCOPE_KEY],
+            l.as_str()
+        );
+        assert_eq!(
+            hook("cron", json!({"expression": "* * * * *"})).unwrap(),
+            json!({})
+        );
+        let aimed_at_the_worker = tokens.admit_trigger(&json!({
+            "trigger_type": "http", "function_id": "sandbox-code-runner::run",
+            "config": {}, "context": {"lineage": l.as_str()}
+        }));
+        assert!(matches!(
+            aimed_at_the_worker,
+            Err(GuestRefusal::Reserved(_))
+        ));
+        assert!(tokens
+            .admit_trigger(&json!({"trigger_type": crate::events::TRIGGER_TYPE, "context": {}}))
+            .is_err());
     }
 }

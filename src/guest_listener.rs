@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::guest_access::{GUEST_AUTH, GUEST_REGISTER};
+use crate::guest_access::{GUEST_AUTH, GUEST_MIDDLEWARE, GUEST_REGISTER, GUEST_TRIGGER};
 
 /// Where the main listener goes by default: host-only, outside the gateway.
 pub const DEFAULT_MAIN_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -46,13 +46,19 @@ workers:
   # Guest listener: every guest's `iii` connects here with a per-run token.
   # sandbox::* and the worker's internal functions are forbidden to guests;
   # narrow expose_functions to the namespaces guests should reach.
+  # The middleware makes each guest one tenant: its run, register_function
+  # and teardown calls act only on what its own lineage owns, within its
+  # budget (guest_max_concurrent_runs, guest_max_run_depth); other calls
+  # pass through. The trigger hook scopes its lifecycle subscriptions.
   - name: iii-worker-manager
     config:
       host: 127.0.0.1
       port: {guest_port}
+      middleware_function_id: {GUEST_MIDDLEWARE}
       rbac:
         auth_function_id: {GUEST_AUTH}
         on_function_registration_function_id: {GUEST_REGISTER}
+        on_trigger_registration_function_id: {GUEST_TRIGGER}
         expose_functions:
           - match("*")
 # sandbox-code-runner: start it with --url ws://{main_host}:{main_port}
@@ -125,6 +131,14 @@ mod tests {
             Some(GUEST_REGISTER)
         );
         assert_eq!(rbac["expose_functions"][0].as_str(), Some("match(\"*\")"));
+        assert_eq!(
+            workers[1]["config"]["middleware_function_id"].as_str(),
+            Some(GUEST_MIDDLEWARE)
+        );
+        assert_eq!(
+            rbac["on_trigger_registration_function_id"].as_str(),
+            Some(GUEST_TRIGGER)
+        );
         assert!(text.contains("guest_url: ws://127.0.0.1:49135"));
         assert_eq!(reachable_from_guests("ws://127.0.0.2:49134"), Some(false));
     }

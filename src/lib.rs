@@ -18,5 +18,6 @@ pub mod python_sdk;
 pub mod runtime;
 pub mod sandbox;
 pub mod settings;
+pub mod tenancy;
 pub mod ui;
 pub mod wire;

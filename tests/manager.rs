@@ -17,6 +17,7 @@ use sandbox_code_runner::functions;
 use sandbox_code_runner::ids::Lang;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
 use sandbox_code_runner::sandbox::{ExecOutput, SandboxError};
+use sandbox_code_runner::tenancy::Caller;
 use serde_json::{json, Value};
 
 struct World {
@@ -50,7 +51,7 @@ fn world_with(config: Config) -> World {
 }
 
 async fn run(w: &World, payload: Value) -> Result<Value, WorkerError> {
-    functions::run::handle(&w.manager, payload)
+    functions::run::handle(&w.manager, &Caller::Trusted, payload)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
 }
@@ -252,7 +253,7 @@ async fn runs_on_one_runtime_are_serialized_and_runtimes_run_in_parallel() {
 }
 
 async fn register(w: &World, payload: Value) -> Result<Value, WorkerError> {
-    functions::register::handle(&w.manager, payload)
+    functions::register::handle(&w.manager, &Caller::Trusted, payload)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
 }
@@ -268,7 +269,7 @@ async fn register_double(w: &World) {
 }
 
 async fn teardown(w: &World, payload: Value) -> Result<Value, WorkerError> {
-    functions::teardown::handle(&w.manager, payload)
+    functions::teardown::handle(&w.manager, &Caller::Trusted, payload)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
 }

@@ -56,7 +56,9 @@ fn functions_are_the_published_ones() {
 
 #[test]
 fn the_guest_listener_section_is_the_codes() {
-    use sandbox_code_runner::guest_access::{GUEST_AUTH, GUEST_REGISTER, INTERNAL_FUNCTIONS};
+    use sandbox_code_runner::guest_access::{
+        GUEST_AUTH, GUEST_MIDDLEWARE, GUEST_REGISTER, GUEST_TRIGGER, INTERNAL_FUNCTIONS,
+    };
     let m = manifest();
     let g = &m["guest_listener"];
     assert_eq!(g["auth_function_id"].as_str(), Some(GUEST_AUTH));
@@ -64,6 +66,16 @@ fn the_guest_listener_section_is_the_codes() {
         g["on_function_registration_function_id"].as_str(),
         Some(GUEST_REGISTER)
     );
+    assert_eq!(g["middleware_function_id"].as_str(), Some(GUEST_MIDDLEWARE));
+    assert_eq!(
+        g["on_trigger_registration_function_id"].as_str(),
+        Some(GUEST_TRIGGER)
+    );
+    for key in g["tenant_settings"].as_sequence().expect("tenant_settings") {
+        let key = key.as_str().unwrap();
+        Config::parse(&format!("{key}: 3\n"))
+            .unwrap_or_else(|e| panic!("{key} is not a worker config key: {e}"));
+    }
     let setting = g["worker_setting"].as_str().expect("worker_setting");
     let parsed = Config::parse(&format!("{setting}: ws://127.0.0.1:49135\n"))
         .expect("the named setting is a worker config key");
@@ -77,7 +89,10 @@ fn the_guest_listener_section_is_the_codes() {
         .output()
         .expect("runs");
     assert!(out.status.success(), "{cmd} fails");
-    assert!(String::from_utf8_lossy(&out.stdout).contains(GUEST_AUTH));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    for hook in [GUEST_AUTH, GUEST_REGISTER, GUEST_MIDDLEWARE, GUEST_TRIGGER] {
+        assert!(printed.contains(hook), "{cmd} omits {hook}");
+    }
     // Every internal function is forbidden to guests.
     for f in m["functions"].as_sequence().unwrap() {
         if f["internal"].as_bool() == Some(true) {

@@ -2,6 +2,7 @@
 //! encode. Nothing below here sees JSON requests.
 
 pub mod guest_auth;
+pub mod guest_gate;
 pub(crate) mod handler_call;
 pub mod list_runtimes;
 pub mod register;
@@ -18,6 +19,7 @@ use crate::bus::{Bus, FunctionSpec, Handler};
 use crate::error::WorkerError;
 use crate::runtime::Manager;
 use crate::sandbox::{metered, OpTotals};
+use crate::tenancy::Caller;
 
 pub const RUN: &str = "sandbox-code-runner::run";
 pub(crate) const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
@@ -57,11 +59,12 @@ where
 /// and the guest listener's auth function and registration hook.
 pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
     guest_auth::publish(bus, manager);
+    guest_gate::publish(bus, manager);
     let stats = manager.stats();
     bus.publish(
         run::spec(),
         metered_handler(manager, stats.run.clone(), |m, p| async move {
-            run::handle(&m, p).await
+            run::handle(&m, &Caller::Trusted, p).await
         }),
     );
     bus.publish(
@@ -69,13 +72,13 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
         metered_handler(
             manager,
             stats.register_function.clone(),
-            |m, p| async move { register::handle(&m, p).await },
+            |m, p| async move { register::handle(&m, &Caller::Trusted, p).await },
         ),
     );
     bus.publish(
         teardown::spec(),
         metered_handler(manager, stats.teardown.clone(), |m, p| async move {
-            teardown::handle(&m, p).await
+            teardown::handle(&m, &Caller::Trusted, p).await
         }),
     );
 

@@ -6,6 +6,7 @@ use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
 use crate::ids::FunctionId;
 use crate::runtime::{Manager, MAX_DESCRIPTION_BYTES, MAX_SOURCE_BYTES};
+use crate::tenancy::Caller;
 use crate::wire::{decode, schema_of, RegisterRequest, RegisterResponse};
 
 pub fn spec() -> FunctionSpec {
@@ -23,7 +24,11 @@ pub fn spec() -> FunctionSpec {
     }
 }
 
-pub async fn handle(m: &Manager, payload: Value) -> Result<RegisterResponse, WorkerError> {
+pub async fn handle(
+    m: &Manager,
+    caller: &Caller,
+    payload: Value,
+) -> Result<RegisterResponse, WorkerError> {
     let req: RegisterRequest = decode(payload)?;
     let fid =
         FunctionId::parse(&req.function_id).map_err(|e| WorkerError::invalid("function_id", e))?;
@@ -43,7 +48,7 @@ pub async fn handle(m: &Manager, payload: Value) -> Result<RegisterResponse, Wor
             "is longer than 4096 bytes",
         ));
     }
-    m.register(fid, req.lang, &req.source, req.description)
+    m.register_as(caller, fid, req.lang, &req.source, req.description)
         .await?;
     Ok(RegisterResponse {
         function_id: req.function_id,

@@ -6,6 +6,7 @@ use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
 use crate::ids::RuntimeId;
 use crate::runtime::{Manager, MAX_SOURCE_BYTES};
+use crate::tenancy::Caller;
 use crate::wire::{decode, schema_of, RunRequest, RunResponse};
 
 pub fn spec() -> FunctionSpec {
@@ -24,7 +25,11 @@ pub fn spec() -> FunctionSpec {
     }
 }
 
-pub async fn handle(m: &Manager, payload: Value) -> Result<RunResponse, WorkerError> {
+pub async fn handle(
+    m: &Manager,
+    caller: &Caller,
+    payload: Value,
+) -> Result<RunResponse, WorkerError> {
     let req: RunRequest = decode(payload)?;
     if req.code.is_empty() {
         return Err(WorkerError::invalid("code", "must not be empty"));
@@ -42,7 +47,8 @@ pub async fn handle(m: &Manager, payload: Value) -> Result<RunResponse, WorkerEr
             let lang = req.lang.ok_or_else(|| {
                 WorkerError::invalid("lang", "is required when `runtime_id` is omitted")
             })?;
-            m.run_fresh(lang, &req.code, req.keep, timeout).await
+            m.run_fresh_as(caller, lang, &req.code, req.keep, timeout)
+                .await
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
 use crate::ids::{Namespace, RuntimeId};
 use crate::runtime::Manager;
+use crate::tenancy::Caller;
 use crate::wire::{decode, schema_of, TeardownRequest, TeardownResponse};
 
 pub fn spec() -> FunctionSpec {
@@ -24,13 +25,17 @@ pub fn spec() -> FunctionSpec {
 
 const EXACTLY_ONE: &str = "pass exactly one of `runtime_id` (to stop a kept run's runtime) or `namespace` (to stop every runtime of a register_function namespace)";
 
-pub async fn handle(m: &Manager, payload: Value) -> Result<TeardownResponse, WorkerError> {
+pub async fn handle(
+    m: &Manager,
+    caller: &Caller,
+    payload: Value,
+) -> Result<TeardownResponse, WorkerError> {
     let req: TeardownRequest = decode(payload)?;
     match (req.runtime_id.as_deref(), req.namespace.as_deref()) {
         (Some(id), None) => m.teardown_runtime(&RuntimeId::from_caller(id)).await,
         (None, Some(ns)) => {
             let ns = Namespace::parse(ns).map_err(|e| WorkerError::invalid("namespace", e))?;
-            m.teardown_namespace(&ns).await
+            m.teardown_namespace_as(caller, &ns).await
         }
         (Some(_), Some(_)) => Err(WorkerError::InvalidRequest(format!(
             "got both; {EXACTLY_ONE}"

@@ -210,6 +210,7 @@ impl Manager {
             runtime,
             function_id: function_id.map(str::to_string),
             swept: None,
+            owner: rt.owner.clone(),
         });
     }
 
@@ -228,6 +229,7 @@ impl Manager {
             runtime: None,
             function_id: None,
             swept: Some(swept),
+            owner: None,
         });
     }
 

@@ -28,6 +28,7 @@ use crate::guest_access::{GuestTokens, TokenLease};
 use crate::ids::{Lang, Namespace};
 use crate::pool::WarmPool;
 use crate::sandbox::SandboxApi;
+use crate::tenancy::{Admission, TenantLimits, Tenants};
 
 mod daemon;
 mod failure;
@@ -71,6 +72,8 @@ pub struct Manager {
     tokens: Arc<GuestTokens>,
     /// Lifecycle subscribers (`sandbox-code-runner::event`).
     events: Arc<Hub>,
+    /// Each guest tenant's budget of VMs.
+    tenants: Arc<Tenants>,
     python_sdk: crate::python_sdk::PySdkCache,
     me: Weak<Manager>,
 }
@@ -89,9 +92,14 @@ impl Manager {
     ) -> Arc<Manager> {
         let pool = WarmPool::new(config.warm_pool);
         let events = Arc::new(Hub::new(&bus));
+        let tenants = Tenants::new(TenantLimits {
+            max_concurrent_runs: config.guest_max_concurrent_runs,
+            max_depth: config.guest_max_run_depth,
+        });
         Arc::new_cyclic(|me| Manager {
             pool,
             events,
+            tenants,
             stats: Stats::default(),
             python_sdk: Default::default(),
             sandbox,
@@ -116,12 +124,30 @@ impl Manager {
         &self.tokens
     }
 
-    /// A fresh guest token, when guests connect through a guest listener.
-    pub fn mint_guest_token(&self, namespace: Option<&Namespace>) -> Option<TokenLease> {
-        self.config
-            .guest_url
-            .as_ref()
-            .map(|_| self.tokens.mint(namespace.map(Namespace::as_str)))
+    /// A fresh guest token, when guests connect through a guest listener,
+    /// for the guests of `admitted`.
+    pub(crate) fn mint_guest_token(
+        &self,
+        namespace: Option<&Namespace>,
+        admitted: &Admission,
+    ) -> Option<TokenLease> {
+        self.config.guest_url.as_ref().map(|_| {
+            self.tokens.mint(
+                namespace.map(Namespace::as_str),
+                &admitted.lineage,
+                admitted.depth,
+            )
+        })
+    }
+
+    /// The bus, for calls made on a guest's behalf (the guest middleware).
+    pub(crate) fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// The guest tenants' budgets.
+    pub fn tenants(&self) -> &Arc<Tenants> {
+        &self.tenants
     }
 
     /// What each kind of operation cost.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::failure::{infra_error, tail, EXPIRED_FUNCTION};
-use super::records::{Runtime, SdkState};
+use super::records::{Runtime, SdkState, State};
 use super::{lock, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
@@ -16,6 +16,7 @@ use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
+use crate::tenancy::Caller;
 
 /// Why installing a handler did not finish.
 enum InstallError {
@@ -24,11 +25,44 @@ enum InstallError {
     Worker(WorkerError),
 }
 
+/// `Err` naming `ns` when a live runtime of it is not `caller`'s to change.
+fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), WorkerError> {
+    let foreign = st
+        .runtimes
+        .values()
+        .filter(|rt| rt.namespace.as_ref() == Some(ns))
+        .any(|rt| !caller.may_change(rt.owner.as_ref()));
+    if foreign {
+        return Err(WorkerError::invalid(
+            "function_id",
+            format!(
+                "namespace `{}` belongs to another tenant; register in a namespace of your own",
+                ns.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Manager {
-    /// Publishes a handler. Validation runs inside the namespace runtime
-    /// before the id is published.
+    /// Publishes a handler for a caller on the main listener. Validation
+    /// runs inside the namespace runtime before the id is published.
     pub async fn register(
         &self,
+        fid: FunctionId,
+        lang: Lang,
+        source: &str,
+        description: Option<String>,
+    ) -> Result<(), WorkerError> {
+        self.register_as(&Caller::Trusted, fid, lang, source, description)
+            .await
+    }
+
+    /// [`Manager::register`] for `caller`: a guest registers only into a
+    /// fresh namespace (which its lineage then owns) or one it owns.
+    pub async fn register_as(
+        &self,
+        caller: &Caller,
         fid: FunctionId,
         lang: Lang,
         source: &str,
@@ -42,7 +76,7 @@ impl Manager {
             }
         }
         let result = self
-            .register_reserved(&fid, lang, source, description)
+            .register_reserved(caller, &fid, lang, source, description)
             .await;
         lock(&self.state).reserved.remove(&id);
         result
@@ -50,12 +84,14 @@ impl Manager {
 
     async fn register_reserved(
         &self,
+        caller: &Caller,
         fid: &FunctionId,
         lang: Lang,
         source: &str,
         description: Option<String>,
     ) -> Result<(), WorkerError> {
         let id = fid.as_str();
+        self.check_namespace_owner(caller, fid.namespace())?;
         // Anyone on the bus may own it already.
         match crate::bus::is_served(self.bus.as_ref(), id).await {
             Ok(true) => {
@@ -74,7 +110,9 @@ impl Manager {
         }
         // A reaped namespace runtime is replaced once, transparently.
         for attempt in 0..2 {
-            let (rt, fresh) = self.namespace_runtime(fid.namespace(), lang).await?;
+            let (rt, fresh) = self
+                .namespace_runtime(caller, fid.namespace(), lang)
+                .await?;
             match self
                 .install_handler(&rt, fid, source, description.clone())
                 .await
@@ -101,9 +139,16 @@ impl Manager {
         Err(WorkerError::Expired(EXPIRED_FUNCTION.into()))
     }
 
+    /// Refuses a guest whose lineage does not own every live runtime of
+    /// `ns` (a fresh namespace has none, so anyone may take it).
+    fn check_namespace_owner(&self, caller: &Caller, ns: &Namespace) -> Result<(), WorkerError> {
+        owned_by_another(&lock(&self.state), caller, ns)
+    }
+
     /// The runtime of (namespace, lang), created on first use.
     async fn namespace_runtime(
         &self,
+        caller: &Caller,
         ns: &Namespace,
         lang: Lang,
     ) -> Result<(Arc<Runtime>, bool), WorkerError> {
@@ -113,19 +158,21 @@ impl Manager {
             .or_default()
             .clone();
         let _held = gate.lock().await;
+        self.check_namespace_owner(caller, ns)?;
         {
             let st = lock(&self.state);
             if let Some(rt) = st.namespaces.get(&key).and_then(|id| st.runtimes.get(id)) {
                 return Ok((rt.clone(), false));
             }
         }
+        let admitted = self.tenants.admit(caller)?;
         let vm = self
             .acquire_vm(lang, false)
             .await
             .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
         let sandbox_id = vm.id;
         let id = RuntimeId::generate();
-        self.tokens.hold(ns.as_str());
+        let token = self.mint_guest_token(Some(ns), &admitted);
         let rt = Runtime::new(
             id.clone(),
             sandbox_id.clone(),
@@ -136,13 +183,24 @@ impl Manager {
             } else {
                 SdkState::Absent
             },
-            self.mint_guest_token(Some(ns)),
+            token,
+            admitted.owner,
+            admitted.permit,
         );
-        {
+        let adopted = {
             let mut st = lock(&self.state);
-            st.transient.remove(&sandbox_id);
-            st.runtimes.insert(id.clone(), rt.clone());
-            st.namespaces.insert(key, id);
+            // Another lineage may have taken the namespace (in its other
+            // language) while this VM booted.
+            owned_by_another(&st, caller, ns).map(|()| {
+                self.tokens.hold(ns.as_str(), rt.owner.as_ref());
+                st.transient.remove(&sandbox_id);
+                st.runtimes.insert(id.clone(), rt.clone());
+                st.namespaces.insert(key, id);
+            })
+        };
+        if let Err(e) = adopted {
+            self.stop_vm(&sandbox_id).await;
+            return Err(e);
         }
         self.lifecycle(EventKind::RuntimeCreated, &rt, None);
         Ok((rt, true))

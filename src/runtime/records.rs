@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::guest_access::TokenLease;
 use crate::ids::{Lang, Namespace, RuntimeId};
+use crate::tenancy::{Lineage, RunPermit};
 
 use super::inventory;
 
@@ -38,6 +39,11 @@ pub(super) struct Runtime {
     pub(super) functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
     pub(super) token: Mutex<Option<TokenLease>>,
+    /// The lineage that owns it (guest code created it), or none (a
+    /// trusted caller did).
+    pub(super) owner: Option<Lineage>,
+    /// The slot of its owner's budget it holds while it lives.
+    pub(super) permit: Mutex<Option<RunPermit>>,
     /// What the inventory shows: handle, created, last used, executions.
     pub(super) meta: inventory::Meta,
 }
@@ -50,6 +56,8 @@ impl Runtime {
         namespace: Option<Namespace>,
         sdk: SdkState,
         token: Option<TokenLease>,
+        owner: Option<Lineage>,
+        permit: Option<RunPermit>,
     ) -> Arc<Runtime> {
         // A namespace VM runs tenant code only once a handler is checked;
         // a kept VM already ran its first run.
@@ -62,6 +70,8 @@ impl Runtime {
             slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
+            owner,
+            permit: Mutex::new(permit),
             meta: inventory::Meta::new(),
         })
     }

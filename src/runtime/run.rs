@@ -12,6 +12,7 @@ use crate::events::EventKind;
 use crate::guest;
 use crate::ids::{Lang, RuntimeId};
 use crate::sandbox::ExecOutput;
+use crate::tenancy::Caller;
 use crate::wire::RunResponse;
 
 impl Manager {
@@ -27,7 +28,7 @@ impl Manager {
         }
     }
 
-    /// `run` without a runtime: one-shot, or keep.
+    /// `run` without a runtime, from the main listener: one-shot, or keep.
     pub async fn run_fresh(
         &self,
         lang: Lang,
@@ -35,9 +36,25 @@ impl Manager {
         keep: bool,
         timeout_ms: u64,
     ) -> Result<RunResponse, WorkerError> {
+        self.run_fresh_as(&Caller::Trusted, lang, code, keep, timeout_ms)
+            .await
+    }
+
+    /// `run` without a runtime, for `caller`: a guest's run joins its
+    /// lineage one level deeper and holds one VM of its budget (for as long
+    /// as the run lasts, or as its kept runtime lives).
+    pub async fn run_fresh_as(
+        &self,
+        caller: &Caller,
+        lang: Lang,
+        code: &str,
+        keep: bool,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, WorkerError> {
+        let mut admitted = self.tenants.admit(caller)?;
         let uses_iii = guest::names_iii(code);
         // One token per run; a kept run's becomes its runtime's.
-        let token = self.mint_guest_token(None);
+        let token = self.mint_guest_token(None, &admitted);
         let mut attempt = 0;
         let (sandbox_id, out, sdk_in_vm) = loop {
             attempt += 1;
@@ -77,7 +94,16 @@ impl Manager {
             } else {
                 SdkState::Absent
             };
-            let rt = Runtime::new(id.clone(), sandbox_id.clone(), lang, None, sdk, token);
+            let rt = Runtime::new(
+                id.clone(),
+                sandbox_id.clone(),
+                lang,
+                None,
+                sdk,
+                token,
+                admitted.owner.take(),
+                admitted.permit.take(),
+            );
             rt.meta.used(Duration::from_millis(out.duration_ms));
             {
                 let mut st = lock(&self.state);
@@ -91,6 +117,7 @@ impl Manager {
         // One-shot, or a failed keep run: the VM never serves anyone again,
         // and its token is revoked before the caller hears back.
         drop(token);
+        let _budget_until_the_vm_is_gone = admitted.permit;
         if keep {
             self.stop_vm(&sandbox_id).await;
         } else {

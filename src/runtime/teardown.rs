@@ -11,6 +11,7 @@ use crate::error::WorkerError;
 use crate::events::EventKind;
 use crate::ids::{Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
+use crate::tenancy::Caller;
 use crate::wire::TeardownResponse;
 
 impl Manager {
@@ -29,8 +30,10 @@ impl Manager {
             f.sort();
             f
         };
-        // Its guests can no longer connect.
+        // Its guests can no longer connect, and its owner's budget gets
+        // the VM back.
         drop(lock(&rt.token).take());
+        drop(lock(&rt.permit).take());
         if let Some(ns) = &rt.namespace {
             self.tokens.release(ns.as_str());
         }
@@ -72,8 +75,13 @@ impl Manager {
         })
     }
 
-    pub(crate) async fn teardown_namespace(
+    /// Stops every runtime of `ns` for `caller`: a guest may tear down
+    /// only a namespace its lineage owns. It gets the same refusal whether
+    /// the namespace is another tenant's or nobody's, so it cannot probe
+    /// which namespaces exist.
+    pub(crate) async fn teardown_namespace_as(
         &self,
+        caller: &Caller,
         ns: &Namespace,
     ) -> Result<TeardownResponse, WorkerError> {
         let rts: Vec<Arc<Runtime>> = {
@@ -84,6 +92,17 @@ impl Manager {
                 .filter_map(|(_, id)| st.runtimes.get(id).cloned())
                 .collect()
         };
+        if matches!(caller, Caller::Guest(_))
+            && (rts.is_empty() || rts.iter().any(|rt| !caller.may_change(rt.owner.as_ref())))
+        {
+            return Err(WorkerError::invalid(
+                "namespace",
+                format!(
+                    "`{}` is not a namespace this tenant registered",
+                    ns.as_str()
+                ),
+            ));
+        }
         if rts.is_empty() {
             return Err(WorkerError::RuntimeNotFound(format!(
                 "no live runtime backs namespace {}",

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, TriggerBinding};
+use sandbox_code_runner::bus::{Bus, BusError, FunctionSpec, Handler, Routing, TriggerBinding};
 use sandbox_code_runner::error::WorkerError;
 use sandbox_code_runner::sandbox::{
     CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
@@ -215,6 +215,8 @@ pub struct FakeBus {
     published: Mutex<HashMap<String, Handler>>,
     /// Ids some other worker serves.
     pub taken: Mutex<HashSet<String>>,
+    /// Calls forwarded for someone else (the guest middleware), in order.
+    pub forwarded: Mutex<Vec<(String, Routing)>>,
 }
 
 impl Bus for FakeBus {
@@ -239,6 +241,35 @@ impl Bus for FakeBus {
                     "NOT_FOUND",
                     format!("Function '{id}' is not registered."),
                 ))
+            }
+        })
+    }
+
+    /// Routes to a published handler, as the engine would; the answer's
+    /// error keeps its wire code. An unknown id is `function_not_found`.
+    fn forward<'a>(
+        &'a self,
+        function_id: &'a str,
+        payload: Value,
+        routing: Routing,
+        _namespace: Option<&'a str>,
+        _timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + 'a>> {
+        self.forwarded
+            .lock()
+            .unwrap()
+            .push((function_id.to_string(), routing));
+        let handler = self.published.lock().unwrap().get(function_id).cloned();
+        Box::pin(async move {
+            match handler {
+                Some(h) => h(payload).await.map_err(|e| {
+                    let (code, message) = e.to_wire();
+                    BusError::new(code, message)
+                }),
+                None => Err(BusError::new(
+                    "function_not_found",
+                    format!("Function {function_id} not found in namespace default."),
+                )),
             }
         })
     }
