@@ -523,6 +523,37 @@ async fn shutdown_stops_every_vm_and_sweep_finds_orphans() {
     assert!(w.bus.ids().is_empty());
 }
 
+/// The ledger keeps a VM that a teardown is stopping: a shutdown that
+/// starts meanwhile still sees it, stops it and reports clean only once it
+/// is gone (before, the VM was in no ledger while its stop ran, and the
+/// shutdown reported clean with it alive).
+#[tokio::test]
+async fn a_shutdown_during_a_teardowns_stop_still_stops_that_vm() {
+    let w = world();
+    let rt = kept(&w, "print(1)").await;
+    let vm = w.sandbox.live_ids().pop().expect("the kept VM");
+    let (entered, release) = w.sandbox.hold_next_stop(&vm);
+    let m = w.manager.clone();
+    let teardown = tokio::spawn(async move {
+        functions::teardown::handle(&m, &Caller::Trusted, json!({"runtime_id": rt})).await
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the teardown's stop started");
+    // The record is gone and the stop is in flight.
+    assert_eq!(w.manager.runtime_count(), 0);
+    let report = w.manager.shutdown_within(Duration::from_secs(5)).await;
+    assert_eq!(report.left, 0, "{report:?}");
+    assert_eq!(report.stopped, 1, "the stopping VM was counted: {report:?}");
+    assert!(
+        w.sandbox.live_ids().is_empty(),
+        "shutdown left {vm} running"
+    );
+    release.notify_one();
+    let answer = teardown.await.unwrap().expect("the teardown answers");
+    assert!(answer.torn_down);
+}
+
 #[tokio::test]
 async fn timeouts_are_clamped_on_the_way_to_the_daemon() {
     let w = world();

@@ -111,18 +111,23 @@ impl Manager {
     /// A fresh VM, held in `transient` until a record takes it or it stops.
     pub(super) async fn create_vm(&self, lang: Lang) -> Result<String, SandboxError> {
         let id = self.create_unrecorded(lang).await?;
-        lock(&self.state).transient.insert(id.clone());
+        lock(&self.state).track(&id);
         Ok(id)
     }
 
-    /// Stops a VM and forgets it. A VM the daemon already dropped is fine.
+    /// Stops a tracked VM; once the daemon confirms it gone (a VM it
+    /// already dropped is fine) it leaves the ledger. One that would not
+    /// stop stays tracked, so shutdown tries again.
     pub(super) async fn stop_vm(&self, sandbox_id: &str) {
         match self.on_daemon(0, self.sandbox.stop(sandbox_id)).await {
             Ok(()) => {}
             Err(e) if e.is_gone() => {}
-            Err(e) => tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed"),
+            Err(e) => {
+                tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed");
+                return;
+            }
         }
-        lock(&self.state).transient.remove(sandbox_id);
+        lock(&self.state).gone(sandbox_id);
     }
 
     /// The stop of a one-shot VM: before the response (default), or after it.

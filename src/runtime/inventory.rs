@@ -149,8 +149,7 @@ impl Manager {
                 ),
             ),
         };
-        let rts: Vec<std::sync::Arc<Runtime>> =
-            lock(&self.state).runtimes.values().cloned().collect();
+        let rts: Vec<std::sync::Arc<Runtime>> = lock(&self.state).runtimes();
         let mut runtimes: Vec<RuntimeEntry> = rts
             .iter()
             .map(|rt| {

@@ -16,14 +16,9 @@ impl Manager {
         function_id: &str,
         payload: HandlerPayload,
     ) -> Result<Value, WorkerError> {
-        let rt = {
-            let st = lock(&self.state);
-            st.functions
-                .get(function_id)
-                .and_then(|id| st.runtimes.get(id))
-                .cloned()
-        }
-        .ok_or_else(|| WorkerError::RuntimeNotFound("the function's runtime is gone".into()))?;
+        let rt = lock(&self.state)
+            .serving(function_id)
+            .ok_or_else(|| WorkerError::RuntimeNotFound("the function's runtime is gone".into()))?;
         let path = lock(&rt.functions)
             .get(function_id)
             .cloned()

@@ -172,6 +172,6 @@ impl Manager {
 
     /// Number of live runtime records (for tests and metrics).
     pub fn runtime_count(&self) -> usize {
-        lock(&self.state).runtimes.len()
+        lock(&self.state).runtime_count()
     }
 }

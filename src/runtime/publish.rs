@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::failure::{infra_error, tail, EXPIRED_FUNCTION};
-use super::records::{Runtime, SdkState, State};
+use super::records::{Runtime, SdkState, State, VmFate};
 use super::{lock, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
@@ -28,9 +28,8 @@ enum InstallError {
 /// `Err` naming `ns` when a live runtime of it is not `caller`'s to change.
 fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), WorkerError> {
     let foreign = st
-        .runtimes
-        .values()
-        .filter(|rt| rt.namespace.as_ref() == Some(ns))
+        .in_namespace(ns)
+        .iter()
         .any(|rt| !caller.may_change(rt.owner.as_ref()));
     if foreign {
         return Err(WorkerError::invalid(
@@ -69,16 +68,13 @@ impl Manager {
         description: Option<String>,
     ) -> Result<(), WorkerError> {
         let id = fid.as_str().to_string();
-        {
-            let mut st = lock(&self.state);
-            if st.functions.contains_key(&id) || !st.reserved.insert(id.clone()) {
-                return Err(WorkerError::invalid("function_id", "is already registered"));
-            }
+        if !lock(&self.state).reserve(&id) {
+            return Err(WorkerError::invalid("function_id", "is already registered"));
         }
         let result = self
             .register_reserved(caller, &fid, lang, source, description)
             .await;
-        lock(&self.state).reserved.remove(&id);
+        lock(&self.state).unreserve(&id);
         result
     }
 
@@ -127,7 +123,7 @@ impl Manager {
                 Err(InstallError::Worker(e)) => {
                     if fresh && lock(&rt.functions).is_empty() {
                         // Do not keep a VM for a namespace that holds nothing.
-                        self.forget(&rt);
+                        self.forget(&rt, VmFate::Stopping);
                         self.lifecycle(EventKind::RuntimeTornDown, &rt, None);
                         self.stop_vm(&rt.sandbox_id).await;
                     }
@@ -159,11 +155,8 @@ impl Manager {
             .clone();
         let _held = gate.lock().await;
         self.check_namespace_owner(caller, ns)?;
-        {
-            let st = lock(&self.state);
-            if let Some(rt) = st.namespaces.get(&key).and_then(|id| st.runtimes.get(id)) {
-                return Ok((rt.clone(), false));
-            }
+        if let Some(rt) = lock(&self.state).namespace_runtime(ns, lang) {
+            return Ok((rt, false));
         }
         let admitted = self.tenants.admit(caller)?;
         let vm = self
@@ -193,9 +186,7 @@ impl Manager {
             // language) while this VM booted.
             owned_by_another(&st, caller, ns).map(|()| {
                 self.tokens.hold(ns.as_str(), rt.owner.as_ref());
-                st.transient.remove(&sandbox_id);
-                st.runtimes.insert(id.clone(), rt.clone());
-                st.namespaces.insert(key, id);
+                st.adopt(rt.clone());
             })
         };
         if let Err(e) = adopted {
@@ -286,9 +277,7 @@ impl Manager {
         // Publish, then record: the handler looks itself up by id.
         let id = fid.as_str().to_string();
         lock(&rt.functions).insert(id.clone(), path);
-        lock(&self.state)
-            .functions
-            .insert(id.clone(), rt.id.clone());
+        lock(&self.state).serve(&id, rt);
         let handler = crate::functions::handler_call::handler(self.me.clone(), id.clone());
         self.bus.publish(
             FunctionSpec {

@@ -87,18 +87,145 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// Everything the manager holds, behind one lock.
+/// Everything the manager holds, behind one lock: the ledger of this
+/// worker's VMs. Its fields are private and every move is a method, so
+/// every VM the worker created and the daemon has not confirmed gone is in
+/// exactly one place at every instant: a runtime record, or the transient
+/// ledger (calls in flight that no record holds yet, and VMs being
+/// stopped). The warm pool's VMs are the pool's; they move into the ledger
+/// under this lock ([`State::track`]).
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) runtimes: HashMap<RuntimeId, Arc<Runtime>>,
-    pub(super) namespaces: HashMap<(Namespace, Lang), RuntimeId>,
+    runtimes: HashMap<RuntimeId, Arc<Runtime>>,
+    namespaces: HashMap<(Namespace, Lang), RuntimeId>,
     /// Published function id → the runtime serving it.
-    pub(super) functions: HashMap<String, RuntimeId>,
+    functions: HashMap<String, RuntimeId>,
     /// Function ids mid-registration, so two registrations cannot both win.
-    pub(super) reserved: HashSet<String>,
-    /// The transient ledger: VMs of calls in flight that no record holds yet
-    /// (one-shot and keep runs, pooled VMs being stopped).
-    pub(super) transient: HashSet<String>,
+    reserved: HashSet<String>,
+    /// The transient ledger.
+    transient: HashSet<String>,
+}
+
+/// What becomes of a released runtime's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum VmFate {
+    /// It is about to be stopped: it stays in the transient ledger until
+    /// the stop has finished ([`State::gone`]), so a shutdown meanwhile
+    /// still sees it.
+    Stopping,
+    /// The daemon already dropped it (reaped).
+    Gone,
+}
+
+impl State {
+    /// A VM no record holds: just created for a call, taken from the pool,
+    /// or about to be stopped.
+    pub(super) fn track(&mut self, sandbox_id: &str) {
+        self.transient.insert(sandbox_id.to_string());
+    }
+
+    /// The daemon confirmed the VM gone (stopped or reaped).
+    pub(super) fn gone(&mut self, sandbox_id: &str) {
+        self.transient.remove(sandbox_id);
+    }
+
+    /// A tracked VM becomes `rt`'s, and its namespace's when it serves one.
+    pub(super) fn adopt(&mut self, rt: Arc<Runtime>) {
+        self.transient.remove(&rt.sandbox_id);
+        if let Some(ns) = &rt.namespace {
+            self.namespaces.insert((ns.clone(), rt.lang), rt.id.clone());
+        }
+        self.runtimes.insert(rt.id.clone(), rt);
+    }
+
+    /// Drops `rt`'s record and its functions (`fns`); its VM goes back to
+    /// the transient ledger unless the daemon already dropped it.
+    pub(super) fn release(&mut self, rt: &Runtime, fns: &[String], fate: VmFate) {
+        if self.runtimes.remove(&rt.id).is_none() {
+            return;
+        }
+        if let Some(ns) = &rt.namespace {
+            let key = (ns.clone(), rt.lang);
+            if self.namespaces.get(&key) == Some(&rt.id) {
+                self.namespaces.remove(&key);
+            }
+        }
+        for f in fns {
+            self.functions.remove(f);
+        }
+        if fate == VmFate::Stopping {
+            self.transient.insert(rt.sandbox_id.clone());
+        }
+    }
+
+    pub(super) fn runtime(&self, id: &RuntimeId) -> Option<Arc<Runtime>> {
+        self.runtimes.get(id).cloned()
+    }
+
+    /// The runtime of one (namespace, language).
+    pub(super) fn namespace_runtime(&self, ns: &Namespace, lang: Lang) -> Option<Arc<Runtime>> {
+        self.namespaces
+            .get(&(ns.clone(), lang))
+            .and_then(|id| self.runtimes.get(id))
+            .cloned()
+    }
+
+    /// Every runtime of `ns`, whatever its language.
+    pub(super) fn in_namespace(&self, ns: &Namespace) -> Vec<Arc<Runtime>> {
+        self.namespaces
+            .iter()
+            .filter(|((n, _), _)| n == ns)
+            .filter_map(|(_, id)| self.runtimes.get(id).cloned())
+            .collect()
+    }
+
+    pub(super) fn runtimes(&self) -> Vec<Arc<Runtime>> {
+        self.runtimes.values().cloned().collect()
+    }
+
+    pub(super) fn runtime_count(&self) -> usize {
+        self.runtimes.len()
+    }
+
+    /// The runtime serving a published function.
+    pub(super) fn serving(&self, function_id: &str) -> Option<Arc<Runtime>> {
+        self.functions
+            .get(function_id)
+            .and_then(|id| self.runtimes.get(id))
+            .cloned()
+    }
+
+    /// Claims `function_id` for one registration; `false` when it is
+    /// published or another registration holds it.
+    pub(super) fn reserve(&mut self, function_id: &str) -> bool {
+        !self.functions.contains_key(function_id) && self.reserved.insert(function_id.to_string())
+    }
+
+    pub(super) fn unreserve(&mut self, function_id: &str) {
+        self.reserved.remove(function_id);
+    }
+
+    /// `function_id` is now served by `rt` (which holds a record).
+    pub(super) fn serve(&mut self, function_id: &str, rt: &Runtime) {
+        self.functions
+            .insert(function_id.to_string(), rt.id.clone());
+    }
+
+    /// The VMs of the transient ledger.
+    pub(super) fn tracked(&self) -> Vec<String> {
+        self.transient.iter().cloned().collect()
+    }
+
+    /// In how many places of the ledger `sandbox_id` is (0 or 1, by
+    /// construction).
+    #[cfg(test)]
+    pub(super) fn places(&self, sandbox_id: &str) -> usize {
+        self.runtimes
+            .values()
+            .filter(|rt| rt.sandbox_id == sandbox_id)
+            .count()
+            + usize::from(self.transient.contains(sandbox_id))
+    }
 }
 
 /// Serializes the creation of one namespace runtime.
@@ -131,5 +258,62 @@ impl VmNaming {
     /// A VM a previous process of the same owner left behind.
     pub(crate) fn is_orphan(&self, name: &str) -> bool {
         name.starts_with(&self.prefix()) && name != self.vm_name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime(sandbox_id: &str, ns: Option<&str>) -> Arc<Runtime> {
+        Runtime::new(
+            RuntimeId::generate(),
+            sandbox_id.into(),
+            Lang::Python,
+            ns.map(|n| Namespace::parse(n).unwrap()),
+            SdkState::Absent,
+            None,
+            None,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_vm_is_in_exactly_one_place_through_every_move() {
+        let mut st = State::default();
+        let rt = runtime("vm-1", Some("app"));
+        st.track("vm-1");
+        assert_eq!(st.places("vm-1"), 1, "created, no record yet");
+        st.adopt(rt.clone());
+        assert_eq!(st.places("vm-1"), 1, "adopted");
+        assert!(st
+            .namespace_runtime(rt.namespace.as_ref().unwrap(), Lang::Python)
+            .is_some());
+        st.serve("app::f", &rt);
+        assert!(st.serving("app::f").is_some());
+        st.release(&rt, &["app::f".to_string()], VmFate::Stopping);
+        assert_eq!(
+            st.places("vm-1"),
+            1,
+            "released: tracked until the stop ends"
+        );
+        assert_eq!(st.tracked(), vec!["vm-1".to_string()]);
+        assert!(st.serving("app::f").is_none() && st.runtime(&rt.id).is_none());
+        // A second release (shutdown racing a teardown) changes nothing.
+        st.release(&rt, &[], VmFate::Stopping);
+        assert_eq!(st.places("vm-1"), 1);
+        st.gone("vm-1");
+        assert_eq!(st.places("vm-1"), 0);
+    }
+
+    #[test]
+    fn a_reaped_runtime_leaves_the_ledger_at_once() {
+        let mut st = State::default();
+        let rt = runtime("vm-2", None);
+        st.track("vm-2");
+        st.adopt(rt.clone());
+        st.release(&rt, &[], VmFate::Gone);
+        assert_eq!(st.places("vm-2"), 0);
+        assert!(st.tracked().is_empty());
     }
 }

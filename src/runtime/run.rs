@@ -78,7 +78,7 @@ impl Manager {
                 Ok(out) => break (sandbox_id, out, vm.sdk),
                 // A pooled VM reaped while it waited is replaced silently.
                 Err(e) if pooled && e.is_gone() && attempt == 1 => {
-                    lock(&self.state).transient.remove(&sandbox_id);
+                    lock(&self.state).gone(&sandbox_id);
                     continue;
                 }
                 Err(e) => {
@@ -105,11 +105,7 @@ impl Manager {
                 admitted.permit.take(),
             );
             rt.meta.used(Duration::from_millis(out.duration_ms));
-            {
-                let mut st = lock(&self.state);
-                st.transient.remove(&sandbox_id);
-                st.runtimes.insert(id.clone(), rt.clone());
-            }
+            lock(&self.state).adopt(rt.clone());
             self.lifecycle(EventKind::RuntimeCreated, &rt, None);
             tracing::info!(lang = %lang, "kept a runtime");
             return Ok(self.response(out, Some(id.expose().to_string())));
@@ -135,9 +131,7 @@ impl Manager {
         timeout_ms: u64,
     ) -> Result<RunResponse, WorkerError> {
         let rt = lock(&self.state)
-            .runtimes
-            .get(id)
-            .cloned()
+            .runtime(id)
             .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
         if let Some(lang) = lang {
             if lang != rt.lang {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::records::Runtime;
+use super::records::{Runtime, VmFate};
 use super::{lock, Manager};
 use crate::error::redact_uuids;
 
@@ -45,7 +45,7 @@ impl Manager {
             }
         };
         if done {
-            lock(&self.state).transient.remove(sandbox_id);
+            lock(&self.state).gone(sandbox_id);
         }
         done
     }
@@ -80,30 +80,28 @@ impl Manager {
     /// within `budget`. Never waits longer, even with the bus gone.
     pub async fn shutdown_within(&self, budget: Duration) -> ShutdownReport {
         let deadline = tokio::time::Instant::now() + budget;
-        let pooled = self.pool.close();
-        lock(&self.state).transient.extend(pooled);
-        let (rts, transient): (Vec<Arc<Runtime>>, Vec<String>) = {
-            let st = lock(&self.state);
-            (
-                st.runtimes.values().cloned().collect(),
-                st.transient.iter().cloned().collect(),
-            )
-        };
-        let mut ids: Vec<String> = transient;
-        for rt in &rts {
-            self.forget(rt);
-            ids.push(rt.sandbox_id.clone());
+        {
+            let mut st = lock(&self.state);
+            for id in self.pool.close() {
+                st.track(&id);
+            }
         }
+        let rts: Vec<Arc<Runtime>> = lock(&self.state).runtimes();
+        for rt in &rts {
+            self.forget(rt, VmFate::Stopping);
+        }
+        // Every VM is tracked now: the records' just released, and any a
+        // teardown is still stopping.
+        let ids = lock(&self.state).tracked();
         let total = ids.len();
         let mut left = self.stop_all_until(ids, deadline).await;
         // VMs still warming are handed back on arrival and stopped there;
         // what arrived and was not stopped yet gets its attempt here.
         let _ = tokio::time::timeout_at(deadline, self.pool.settle(budget)).await;
         let late: Vec<String> = lock(&self.state)
-            .transient
-            .iter()
+            .tracked()
+            .into_iter()
             .filter(|id| !left.contains(id))
-            .cloned()
             .collect();
         let late_total = late.len();
         left.extend(self.stop_all_until(late, deadline).await);

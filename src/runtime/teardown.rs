@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::records::Runtime;
+use super::records::{Runtime, VmFate};
 use super::{lock, Manager};
 use crate::error::WorkerError;
 use crate::events::EventKind;
@@ -19,12 +19,15 @@ impl Manager {
     /// functions. Later calls with its id get `runtime_not_found`.
     pub(super) fn expire(&self, rt: &Arc<Runtime>) -> Vec<String> {
         tracing::info!(lang = %rt.lang, namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
-        let unregistered = self.forget(rt);
+        let unregistered = self.forget(rt, VmFate::Gone);
         self.lifecycle_end(EventKind::RuntimeExpired, rt, &unregistered);
         unregistered
     }
 
-    pub(super) fn forget(&self, rt: &Arc<Runtime>) -> Vec<String> {
+    /// Releases `rt` from the ledger: its functions are unpublished, its
+    /// guests' token revoked, its budget slot returned; its VM is left to
+    /// `fate` (see [`VmFate`]).
+    pub(super) fn forget(&self, rt: &Arc<Runtime>, fate: VmFate) -> Vec<String> {
         let fns: Vec<String> = {
             let mut f: Vec<String> = lock(&rt.functions).drain().map(|(k, _)| k).collect();
             f.sort();
@@ -37,18 +40,7 @@ impl Manager {
         if let Some(ns) = &rt.namespace {
             self.tokens.release(ns.as_str());
         }
-        {
-            let mut st = lock(&self.state);
-            st.runtimes.remove(&rt.id);
-            if let Some(ns) = &rt.namespace {
-                if st.namespaces.get(&(ns.clone(), rt.lang)) == Some(&rt.id) {
-                    st.namespaces.remove(&(ns.clone(), rt.lang));
-                }
-            }
-            for f in &fns {
-                st.functions.remove(f);
-            }
-        }
+        lock(&self.state).release(rt, &fns, fate);
         for f in &fns {
             self.bus.unpublish(f);
         }
@@ -60,11 +52,9 @@ impl Manager {
         id: &RuntimeId,
     ) -> Result<TeardownResponse, WorkerError> {
         let rt = lock(&self.state)
-            .runtimes
-            .get(id)
-            .cloned()
+            .runtime(id)
             .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
-        let unregistered = self.forget(&rt);
+        let unregistered = self.forget(&rt, VmFate::Stopping);
         self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
         self.stop_vm(&rt.sandbox_id).await;
         Ok(TeardownResponse {
@@ -84,14 +74,7 @@ impl Manager {
         caller: &Caller,
         ns: &Namespace,
     ) -> Result<TeardownResponse, WorkerError> {
-        let rts: Vec<Arc<Runtime>> = {
-            let st = lock(&self.state);
-            st.namespaces
-                .iter()
-                .filter(|((n, _), _)| n == ns)
-                .filter_map(|(_, id)| st.runtimes.get(id).cloned())
-                .collect()
-        };
+        let rts: Vec<Arc<Runtime>> = lock(&self.state).in_namespace(ns);
         if matches!(caller, Caller::Guest(_))
             && (rts.is_empty() || rts.iter().any(|rt| !caller.may_change(rt.owner.as_ref())))
         {
@@ -111,7 +94,7 @@ impl Manager {
         }
         let mut unregistered = BTreeSet::new();
         for rt in rts {
-            let fns = self.forget(&rt);
+            let fns = self.forget(&rt, VmFate::Stopping);
             self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &fns);
             unregistered.extend(fns);
             self.stop_vm(&rt.sandbox_id).await;

@@ -52,13 +52,20 @@ impl Manager {
         if wants_sdk && lang == Lang::Python {
             self.python_sdk.note_wanted();
         }
-        let taken = self.pool.take(lang, wants_sdk);
+        // Out of the pool and into the ledger under one lock.
+        let taken = {
+            let mut st = lock(&self.state);
+            let taken = self.pool.take(lang, wants_sdk);
+            if let Some(vm) = &taken {
+                st.track(&vm.id);
+            }
+            taken
+        };
         let refill = || RefillOnDrop {
             manager: self.me.clone(),
             lang,
         };
         if let Some(vm) = taken {
-            lock(&self.state).transient.insert(vm.id.clone());
             return Ok(Acquired {
                 id: vm.id,
                 pooled: true,
@@ -165,7 +172,7 @@ impl Manager {
             let mut st = lock(&self.state);
             let back = self.pool.arrive(lang, vm);
             if let Some(id) = &back {
-                st.transient.insert(id.clone());
+                st.track(id);
             }
             back
         };
@@ -176,15 +183,21 @@ impl Manager {
 
     /// Stops a VM that was warming for the pool and will not join it.
     async fn discard_unpooled(&self, id: &str) {
-        lock(&self.state).transient.insert(id.to_string());
+        lock(&self.state).track(id);
         self.stop_vm(id).await;
     }
 
     /// Stops every ready pooled VM; returns how many.
     async fn drain_pool(&self) -> usize {
-        let ids = self.pool.drain();
+        let ids = {
+            let mut st = lock(&self.state);
+            let ids = self.pool.drain();
+            for id in &ids {
+                st.track(id);
+            }
+            ids
+        };
         let n = ids.len();
-        lock(&self.state).transient.extend(ids.iter().cloned());
         futures_util::future::join_all(ids.iter().map(|id| self.stop_vm(id))).await;
         n
     }

@@ -37,7 +37,11 @@ pub struct FakeSandbox {
     in_flight: AtomicUsize,
     /// The most execs seen running at once.
     pub max_in_flight: AtomicUsize,
+    /// A stop to hold until released: (sandbox id, entered, release).
+    held_stop: Mutex<Option<HeldStop>>,
 }
+
+type HeldStop = (String, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
 
 pub fn ok_out(stdout: &str, code: i32) -> ExecOutput {
     ExecOutput {
@@ -96,7 +100,24 @@ impl FakeSandbox {
             logging,
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            held_stop: Mutex::new(None),
         })
+    }
+
+    /// Holds the next stop of `id` until the second notify fires; the first
+    /// fires once that stop has started.
+    pub fn hold_next_stop(&self, id: &str) -> (Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>) {
+        let (entered, release) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        *self.held_stop.lock().unwrap() = Some((id.into(), entered.clone(), release.clone()));
+        (entered, release)
+    }
+
+    /// The live VMs' ids.
+    pub fn live_ids(&self) -> Vec<String> {
+        self.live.lock().unwrap().keys().cloned().collect()
     }
 
     pub fn on_exec(
@@ -180,6 +201,17 @@ impl SandboxApi for FakeSandbox {
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {
         self.record("stop".into());
+        let held = {
+            let mut h = self.held_stop.lock().unwrap();
+            match h.as_ref() {
+                Some((held_id, _, _)) if held_id == id => h.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, entered, release)) = held {
+            entered.notify_one();
+            release.notified().await;
+        }
         self.check_live(id)?;
         self.live.lock().unwrap().remove(id);
         Ok(())
