@@ -17,7 +17,7 @@ use sandbox_code_runner::guest_listener::{
     reachable_from_guests, ListenerLayout, DEFAULT_MAIN_HOST,
 };
 use sandbox_code_runner::runtime::{Manager, VmNaming};
-use sandbox_code_runner::sandbox::{BusSandbox, SandboxApi, SandboxError, INSTALL_HINT};
+use sandbox_code_runner::sandbox::{BusSandbox, SandboxApi, INSTALL_HINT};
 use sandbox_code_runner::settings::Settings;
 
 /// Run Node.js and Python in iii-sandbox microVMs, as an iii worker.
@@ -228,7 +228,7 @@ async fn boot(client: &iii_sdk::IIIClient, manager: &Manager, settings: &Arc<Set
             stopped = n,
             "stopped VMs a previous process of this owner left"
         ),
-        Err(SandboxError::NotInstalled) => tracing::warn!(
+        Err(e) if e.is_not_installed() => tracing::warn!(
             "!!! iii-sandbox is not connected: every call will fail until it is. {INSTALL_HINT}"
         ),
         Err(e) => tracing::warn!(error = %e, "could not list sandboxes for the orphan sweep"),

@@ -68,6 +68,11 @@ impl SandboxError {
         }
     }
 
+    /// The daemon is not on the bus at all (nothing serves `sandbox::*`).
+    pub fn is_not_installed(&self) -> bool {
+        matches!(self.outcome(), Outcome::NotInstalled)
+    }
+
     /// What this failure means to the worker.
     pub(crate) fn outcome(&self) -> Outcome<'_> {
         match self {

@@ -623,6 +623,12 @@ async fn calls_per_operation_are_pinned() {
     register_double(&w).await;
     w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
     assert_eq!(counts(&w, "handler_call"), (1, 1, 0));
+    // The inventory: one list, charged like everything else.
+    w.bus
+        .call_published("sandbox-code-runner::list_runtimes", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(counts(&w, "inventory"), (1, 1, 0));
     // Node code that names iii: the bundle is planted, and counted.
     metered_run(&w, json!({"lang": "node", "code": "iii"})).await;
     let planted = stats(&w)["run"]["bytes_planted"].as_u64().unwrap();

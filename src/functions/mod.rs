@@ -82,12 +82,10 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
         }),
     );
 
-    let m = manager.clone();
     bus.publish(
         list_runtimes::spec(),
-        Arc::new(move |p| {
-            let m = m.clone();
-            Box::pin(async move { encode(list_runtimes::handle(&m, p).await?) })
+        metered_handler(manager, stats.inventory.clone(), |m, p| async move {
+            list_runtimes::handle(&m, p).await
         }),
     );
 

@@ -28,6 +28,8 @@ pub struct Stats {
     pub handler_call: Arc<OpTotals>,
     /// Warm-pool refills, which no caller waits for.
     pub pool: Arc<OpTotals>,
+    /// `list_runtimes`: one `sandbox::list` each.
+    pub inventory: Arc<OpTotals>,
 }
 
 impl Stats {
@@ -52,6 +54,7 @@ impl Stats {
             "teardown": one(&self.teardown),
             "handler_call": one(&self.handler_call),
             "pool": one(&self.pool),
+            "inventory": one(&self.inventory),
         })
     }
 }
@@ -100,6 +103,13 @@ impl Manager {
         let out = call.await;
         charge_wait(start.elapsed());
         out
+    }
+
+    /// Every sandbox the daemon holds (of every owner).
+    pub(super) async fn list_vms(
+        &self,
+    ) -> Result<Vec<crate::sandbox::ListedSandbox>, SandboxError> {
+        self.on_daemon(0, self.sandbox.list()).await
     }
 
     /// A fresh VM no ledger holds yet (the warm pool's own).

@@ -17,7 +17,6 @@ use super::records::Runtime;
 use super::{lock, Manager};
 use crate::events::{now_ms, Event, EventKind};
 use crate::ids::Lang;
-use crate::sandbox::SandboxError;
 
 /// Bookkeeping an operator may see: created, last used, executions.
 #[derive(Debug)]
@@ -134,13 +133,13 @@ impl Manager {
 
     /// The inventory: one `sandbox::list` at most, nothing else on the daemon.
     pub async fn inventory(&self) -> Inventory {
-        let listed = self.sandbox.list().await;
+        let listed = self.list_vms().await;
         let (alive, vm_check): (Option<HashSet<String>>, String) = match listed {
             Ok(l) => (
                 Some(l.into_iter().map(|s| s.sandbox_id).collect()),
                 "ok".into(),
             ),
-            Err(SandboxError::NotInstalled) => (None, "iii-sandbox is not connected".into()),
+            Err(e) if e.is_not_installed() => (None, "iii-sandbox is not connected".into()),
             Err(e) => (
                 None,
                 format!(

@@ -109,7 +109,7 @@ impl Manager {
 
     /// Stops what a crashed predecessor of this owner left running.
     pub async fn sweep_orphans(&self) -> Result<usize, SandboxError> {
-        let listed = self.on_daemon(0, self.sandbox.list()).await?;
+        let listed = self.list_vms().await?;
         let mut stopped = 0;
         for s in listed {
             if s.name.as_deref().is_some_and(|n| self.naming.is_orphan(n)) {
