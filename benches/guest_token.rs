@@ -76,6 +76,11 @@ fn main() {
         .await
     });
 
+    // A trusted call's token: a fresh lineage at depth 0.
+    let mint = |m: &std::sync::Arc<sandbox_code_runner::runtime::Manager>| {
+        m.guest_tokens()
+            .mint(None, &sandbox_code_runner::tenancy::Lineage::fresh(), 0)
+    };
     let mut c = Criterion::default()
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
@@ -84,10 +89,8 @@ fn main() {
     {
         let mut g = c.benchmark_group("guest_token");
         g.bench_function("baseline_uuid", |b| b.iter(RuntimeId::generate));
-        g.bench_function("mint_revoke", |b| {
-            b.iter(|| drop(manager.mint_guest_token(None)))
-        });
-        let lease = manager.mint_guest_token(None).expect("guest_url set");
+        g.bench_function("mint_revoke", |b| b.iter(|| drop(mint(&manager))));
+        let lease = mint(&manager);
         let input = json!({"headers": {}, "ip_address": "127.0.0.1",
                            "query_params": {"token": [lease.expose()]}});
         g.bench_function("authenticate", |b| {
@@ -101,7 +104,7 @@ fn main() {
         g.bench_function("main_listener", |b| {
             b.to_async(&rt).iter(|| greeting(&main))
         });
-        let lease = manager.mint_guest_token(None).expect("guest_url set");
+        let lease = mint(&manager);
         let with_token = format!("{guest_url}/?token={}", lease.expose());
         g.bench_function("guest_listener", |b| {
             b.to_async(&rt).iter(|| greeting(&with_token))

@@ -1,15 +1,16 @@
-//! The console cards (ui/), embedded: `cards.js` registers one renderer per
-//! function with the console, `cards.css` styles them. build.rs builds both
-//! from ui/src into OUT_DIR; nothing is installed or served separately.
-//!
-//! `page.js` is the runtimes page (an ES module for `console:script`).
+//! The console UI (ui/), embedded: `cards.js` registers one function-trigger
+//! renderer per operation with the console, `page.js` the runtimes page (both
+//! ES modules whose default export is the console's `setup(host)`), and
+//! `cards.css` styles them. build.rs builds them from ui/src into OUT_DIR;
+//! nothing is installed or served separately.
 //!
 //! [`asset`] is what `sandbox-code-runner::ui-content` answers with: the
 //! `console:script` trigger asks for [`SCRIPT_PATH`], `console:style` for
 //! [`STYLE_PATH`].
 
-/// The script asset: an IIFE registering the run / register_function /
-/// teardown cards (see ui/README.md, "Registration").
+/// The script asset: an ES module whose default `setup(host)` registers the
+/// run / register_function / teardown / list_runtimes renderers (see
+/// ui/README.md, "Registration").
 pub const SCRIPT_PATH: &str = "sandbox-code-runner/cards.js";
 /// The stylesheet asset: every rule scoped under
 /// `[data-iii-ui="sandbox-code-runner"]`.
@@ -80,15 +81,18 @@ mod tests {
     }
 
     #[test]
-    fn the_script_registers_the_three_cards() {
+    fn the_script_is_a_module_registering_one_renderer_per_operation() {
         let (js, _) = asset(SCRIPT_PATH).unwrap();
         assert!(
-            js.contains("__iiiConsoleUi"),
-            "the console registration queue"
+            js.contains("as default}"),
+            "an ES module with setup(host) as default"
         );
-        assert!(js.contains("SandboxCodeRunnerUI"), "the documented global");
-        for f in ["run", "register_function", "teardown"] {
+        assert!(js.contains("/cards.js#"), "the renderer ids");
+        for f in ["run", "register_function", "teardown", "list_runtimes"] {
             assert!(js.contains(f), "{f}");
+        }
+        for gone in ["__iiiConsoleUi", "SandboxCodeRunnerUI"] {
+            assert!(!js.contains(gone), "the old global protocol: {gone}");
         }
     }
 

@@ -1,9 +1,14 @@
-//! The console cards' own tests, run from cargo: the TypeScript check, vitest
-//! (every card rendered server-side on fixtures/ui/*.json with no full
-//! runtime id in the output or the raw pane, redaction properties, a DOM
-//! mount), and the real-browser test (the harness page in headless Debian
-//! Chromium, which its setup installs with apt-get when missing and root; a
-//! screenshot lands in target/ui-screenshot.png).
+//! The console UI's own tests, run from cargo on the assets embedded in the
+//! worker: the TypeScript check; vitest (every card rendered from
+//! fixtures/ui/*.json through the console message path with no full runtime
+//! id in the card or the raw-JSON pane, redaction properties, a DOM mount,
+//! both scripts' setup(host) on React 19, and each built asset loaded with
+//! import() and refused unless its default export is a function); and the
+//! real-browser tests, where the built assets run through the console-host
+//! stand-in (ui/harness) in headless Debian Chromium, which its setup
+//! installs with apt-get when missing and root. Screenshots land in
+//! target/ui-screenshots/, or in $SCR_UI_SCREENSHOT_DIR (docs/screenshots to
+//! refresh the committed ones).
 //!
 //! npm packages are installed once per lockfile: `npm ci` into
 //! `<target>/ui-npm/test-modules/`, stamped with a hash of ui/package.json and
@@ -262,9 +267,31 @@ fn typescript_checks() {
     check("tsc --noEmit", &out, TSC_DEADLINE);
 }
 
+/// Whether `png` was written at or after `since` (an older one proves nothing).
+fn written_since(png: &Path, since: std::time::SystemTime) -> bool {
+    fs::metadata(png)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since)
+}
+
+/// Where the browser tests put their screenshots.
+fn screenshot_dir() -> PathBuf {
+    std::env::var_os("SCR_UI_SCREENSHOT_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_relative() { repo().join(p) } else { p })
+        .unwrap_or_else(|| target_dir().join("ui-screenshots"))
+}
+
 #[test]
-fn vitest_renders_every_card_without_a_full_runtime_id() {
-    let out = run(node_script("vitest/vitest.mjs").arg("run"), VITEST_DEADLINE);
+fn vitest_renders_every_card_and_loads_every_asset_without_a_full_runtime_id() {
+    let dist = embedded_assets();
+    let out = run(
+        node_script("vitest/vitest.mjs")
+            .arg("run")
+            .env("SCR_UI_DIST", &dist),
+        VITEST_DEADLINE,
+    );
+    let _ = fs::remove_dir_all(&dist);
     check("vitest run", &out, VITEST_DEADLINE);
     assert!(
         out.text.contains("passed") && !out.text.contains("no tests"),
@@ -281,20 +308,25 @@ fn vitest_renders_every_card_without_a_full_runtime_id() {
     );
 }
 
+/// The embedded assets in the console-host stand-in: imported, set up,
+/// dispatched and disposed as a console does; every fixture rendered with no
+/// full runtime id in the DOM, the raw-JSON pane or what it copies; a
+/// screenshot of each kind of call.
 #[test]
-fn chromium_renders_the_harness_without_a_full_runtime_id() {
+fn chromium_runs_the_embedded_assets_through_the_console_host_stand_in() {
     let dist = embedded_assets();
-    let screenshot = target_dir().join("ui-screenshot.png");
+    let shots = screenshot_dir();
+    let started = std::time::SystemTime::now();
     let out = run(
         node_script("vitest/vitest.mjs")
             .args([
                 "run",
                 "--config",
                 "vitest.browser.config.ts",
-                "browser/cards.browser.test.ts",
+                "browser/console.browser.test.ts",
             ])
             .env("SCR_UI_DIST", &dist)
-            .env("SCR_UI_SCREENSHOT", &screenshot),
+            .env("SCR_UI_SCREENSHOT_DIR", &shots),
         BROWSER_DEADLINE,
     );
     let _ = fs::remove_dir_all(&dist);
@@ -303,19 +335,33 @@ fn chromium_renders_the_harness_without_a_full_runtime_id() {
         eprintln!("{line}");
         return;
     }
-    assert!(
-        screenshot.is_file(),
-        "no screenshot at {}:\n{}",
-        screenshot.display(),
-        out.text
-    );
-    eprintln!("screenshot: {}", screenshot.display());
+    for name in [
+        "run-oneshot",
+        "run-kept",
+        "run-kept-raw-json",
+        "run-failing-script",
+        "run-infrastructure-error",
+        "run-in-flight",
+        "register-function",
+        "teardown-runtime",
+        "teardown-namespace",
+    ] {
+        let png = shots.join(format!("{name}.png"));
+        assert!(
+            written_since(&png, started),
+            "no fresh screenshot at {}:\n{}",
+            png.display(),
+            out.text
+        );
+    }
+    eprintln!("screenshots: {}", shots.display());
 }
 
 /// The runtimes page over a live worker's inventory: about 50 runtimes
-/// (40 kept, 10 namespace runtimes in 5 namespaces), rendered in Chromium
-/// with a screenshot at target/ui-page-screenshot.png; teardown from the
-/// page and the 1,000-runtime paging run against the same build.
+/// (40 kept, 10 namespace runtimes in 5 namespaces), registered by page.js
+/// in the console-host stand-in and rendered in Chromium, with a screenshot
+/// (runtimes-page.png); teardown from the page and the 1,000-runtime paging
+/// run against the same build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
     use serde_json::json;
@@ -370,8 +416,9 @@ async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
     let dist = embedded_assets();
     let inventory_path = dist.join("inventory.json");
     fs::write(&inventory_path, text).unwrap();
-    let screenshot = target_dir().join("ui-page-screenshot.png");
-    let shot = screenshot.clone();
+    let shots = screenshot_dir();
+    let screenshot = shots.join("runtimes-page.png");
+    let started = std::time::SystemTime::now();
     let out = tokio::task::spawn_blocking(move || {
         run(
             node_script("vitest/vitest.mjs")
@@ -383,7 +430,7 @@ async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
                 ])
                 .env("SCR_UI_DIST", &dist)
                 .env("SCR_UI_INVENTORY", &inventory_path)
-                .env("SCR_UI_PAGE_SCREENSHOT", &shot),
+                .env("SCR_UI_SCREENSHOT_DIR", &shots),
             BROWSER_DEADLINE,
         )
     })
@@ -406,7 +453,7 @@ async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
         return;
     }
     assert!(
-        out.text.contains("passed") && screenshot.is_file(),
+        out.text.contains("passed") && written_since(&screenshot, started),
         "no page screenshot at {}:\n{}",
         screenshot.display(),
         out.text

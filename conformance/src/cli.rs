@@ -129,6 +129,8 @@ async fn serve(args: ServeArgs) -> ExitCode {
         guest: Some(crate::standin::stack::GuestGate {
             port: args.guest_port,
             prefix: args.guest_prefix,
+            // No middleware or trigger hook on `serve`'s guest listener yet.
+            tenancy: false,
         }),
     };
     let bench = match Stack::start_with_layout(options, layout).await {

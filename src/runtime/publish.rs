@@ -177,8 +177,7 @@ impl Manager {
                 SdkState::Absent
             },
             token,
-            admitted.owner,
-            admitted.permit,
+            admitted,
         );
         let adopted = {
             let mut st = lock(&self.state);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::guest_access::TokenLease;
 use crate::ids::{Lang, Namespace, RuntimeId};
-use crate::tenancy::{Lineage, RunPermit};
+use crate::tenancy::{Admission, Lineage, RunPermit};
 
 use super::inventory;
 
@@ -56,8 +56,7 @@ impl Runtime {
         namespace: Option<Namespace>,
         sdk: SdkState,
         token: Option<TokenLease>,
-        owner: Option<Lineage>,
-        permit: Option<RunPermit>,
+        admitted: Admission,
     ) -> Arc<Runtime> {
         // A namespace VM runs tenant code only once a handler is checked;
         // a kept VM already ran its first run.
@@ -70,8 +69,8 @@ impl Runtime {
             slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
-            owner,
-            permit: Mutex::new(permit),
+            owner: admitted.owner,
+            permit: Mutex::new(admitted.permit),
             meta: inventory::Meta::new(),
         })
     }
@@ -273,8 +272,12 @@ mod tests {
             ns.map(|n| Namespace::parse(n).unwrap()),
             SdkState::Absent,
             None,
-            None,
-            None,
+            crate::tenancy::Tenants::new(crate::tenancy::TenantLimits {
+                max_concurrent_runs: 1,
+                max_depth: 1,
+            })
+            .admit(&crate::tenancy::Caller::Trusted)
+            .unwrap(),
         )
     }
 

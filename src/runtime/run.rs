@@ -51,7 +51,7 @@ impl Manager {
         keep: bool,
         timeout_ms: u64,
     ) -> Result<RunResponse, WorkerError> {
-        let mut admitted = self.tenants.admit(caller)?;
+        let admitted = self.tenants.admit(caller)?;
         let uses_iii = guest::names_iii(code);
         // One token per run; a kept run's becomes its runtime's.
         let token = self.mint_guest_token(None, &admitted);
@@ -101,8 +101,7 @@ impl Manager {
                 None,
                 sdk,
                 token,
-                admitted.owner.take(),
-                admitted.permit.take(),
+                admitted,
             );
             rt.meta.used(Duration::from_millis(out.duration_ms));
             lock(&self.state).adopt(rt.clone());

@@ -7,11 +7,12 @@
 //! double connects to it like any other worker.
 //!
 //! A second, RBAC-gated listener (the guest listener) is modelled in
-//! [`rbac`]: authentication by a function, call gating, prefixes and the
-//! registration hook. The main listener authenticates nothing.
+//! [`rbac`]: authentication by a function, call gating, prefixes, the
+//! function, trigger and trigger-type registration hooks ([`admit`]) and the
+//! listener's middleware ([`middleware`]). The main listener authenticates
+//! nothing and has no middleware.
 //!
-//! Deliberately absent: middleware, trigger(-type) registration hooks,
-//! queues (`enqueue` answers
+//! Deliberately absent: queues (`enqueue` answers
 //! `enqueue_error` exactly as an engine without a queue worker does), streaming
 //! channels, observe/local-dispatch (the recorded engine advertised no
 //! protocol features), a built-in configuration worker (the hermetic bench
@@ -38,22 +39,32 @@ use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use uuid::Uuid;
 
+mod admit;
 mod builtin;
+mod calls;
 mod frames;
 mod frames_in;
 mod invoke;
+mod middleware;
 mod rbac;
 mod sockets;
+use admit::*;
 use builtin::*;
+use calls::*;
 use frames::*;
 use frames_in::*;
 use invoke::*;
+use middleware::*;
 use rbac::{AuthResult, Session};
 pub use rbac::{FunctionFilter, GuestListener, RbacConfig, CARVE_OUT};
 use sockets::*;
 
 /// How long an engine-originated call (auth, registration hook) may take.
 const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a call through a listener's middleware may take. The engine sets
+/// no deadline of its own on it; this only bounds a stand-in task.
+const MIDDLEWARE_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long the real engine holds a worker's registrations back while it waits
 /// for the worker to name itself through `engine::workers::register`.
@@ -190,7 +201,7 @@ impl StandInEngine {
         if let Some(g) = options.guest {
             let listener = TcpListener::bind((g.host, g.port)).await?;
             guest_addr = Some(listener.local_addr()?);
-            let (stop, task) = accept_loop(listener, state.clone(), Some(Arc::new(g.rbac)));
+            let (stop, task) = accept_loop(listener, state.clone(), Some(Arc::new(g)));
             stops.push(stop);
             tasks.push(task);
         }
@@ -290,11 +301,12 @@ impl Drop for StandInEngine {
 
 type Shared = Arc<Mutex<State>>;
 
-/// Accepts connections on `listener` until stopped; `rbac` gates them.
+/// Accepts connections on `listener` until stopped; `rbac` (a guest
+/// listener's config) gates them.
 fn accept_loop(
     listener: TcpListener,
     state: Shared,
-    rbac: Option<Arc<RbacConfig>>,
+    rbac: Option<Arc<GuestListener>>,
 ) -> (oneshot::Sender<()>, JoinHandle<()>) {
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -342,7 +354,7 @@ struct State {
     /// secret reaches telemetry.
     telemetry: std::collections::VecDeque<String>,
     telemetry_bytes: usize,
-    /// Calls the engine itself made (auth, hooks), by invocation id.
+    /// Calls the engine itself made (auth, hooks, middleware), by invocation id.
     engine_calls: HashMap<String, EngineCall>,
     /// The last relayed calls' timings, oldest first (bounded).
     relays: std::collections::VecDeque<Relay>,
@@ -362,8 +374,12 @@ pub struct Relay {
     pub answered_at: std::time::Instant,
 }
 
-/// Where the answer of an engine-originated call goes.
-type EngineCall = oneshot::Sender<Result<Value, (String, String)>>;
+/// An engine-originated call awaiting its answer: who serves it, and where
+/// the answer goes.
+struct EngineCall {
+    callee: Uuid,
+    answer: oneshot::Sender<Result<Value, CallError>>,
+}
 
 /// Bound of the kept telemetry, oldest dropped first.
 const TELEMETRY_KEEP_BYTES: usize = 64 << 20;
@@ -444,5 +460,7 @@ struct Binding {
     trigger_type: String,
     function_id: String,
     config: Value,
+    /// Handed to the provider with the binding, when the registration had it.
+    metadata: Option<Value>,
     owner: Uuid,
 }

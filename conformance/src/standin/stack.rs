@@ -25,6 +25,18 @@ pub(crate) fn guest_register_hook(prefix: &str) -> String {
     format!("{prefix}::guest-register")
 }
 
+/// The guest listener's middleware of a tenancy-enforcing worker:
+/// `<prefix>::guest-middleware`.
+pub(crate) fn guest_middleware_function(prefix: &str) -> String {
+    format!("{prefix}::guest-middleware")
+}
+
+/// The guest listener's trigger-registration hook of a tenancy-enforcing
+/// worker: `<prefix>::guest-trigger`.
+pub(crate) fn guest_trigger_hook(prefix: &str) -> String {
+    format!("{prefix}::guest-trigger")
+}
+
 /// The RBAC block of a guest listener gated by the worker with function
 /// prefix `prefix`, as its `guest-listener-config` prints it.
 pub(crate) fn guest_rbac(prefix: &str) -> RbacConfig {
@@ -32,6 +44,24 @@ pub(crate) fn guest_rbac(prefix: &str) -> RbacConfig {
         auth_function_id: Some(guest_auth_function(prefix)),
         on_function_registration_function_id: Some(guest_register_hook(prefix)),
         expose_functions: vec![FunctionFilter::Match("*".into())],
+        ..RbacConfig::default()
+    }
+}
+
+/// The whole guest listener `gate` describes, on 127.0.0.1: its RBAC block
+/// and, when the worker enforces tenancy, its middleware and trigger hook.
+pub(crate) fn guest_listener(gate: &GuestGate) -> GuestListener {
+    let mut rbac = guest_rbac(&gate.prefix);
+    let mut middleware_function_id = None;
+    if gate.tenancy {
+        rbac.on_trigger_registration_function_id = Some(guest_trigger_hook(&gate.prefix));
+        middleware_function_id = Some(guest_middleware_function(&gate.prefix));
+    }
+    GuestListener {
+        host: std::net::Ipv4Addr::LOCALHOST,
+        port: gate.port,
+        middleware_function_id,
+        rbac,
     }
 }
 
@@ -100,18 +130,24 @@ pub(crate) struct GuestGate {
     pub(crate) port: u16,
     /// The function prefix of the worker whose `guest-auth` gates it.
     pub(crate) prefix: String,
+    /// Whether the worker also enforces tenancy on the listener: every guest
+    /// call goes through its `guest-middleware`, every guest trigger binding
+    /// through its `guest-trigger` hook.
+    pub(crate) tenancy: bool,
 }
 
 impl ListenerLayout {
     /// Main on the host-only 127.0.0.2, guests on a 127.0.0.1 listener
-    /// gated by `prefix`'s auth function: the layout
+    /// gated by `prefix`'s auth function (and, with `tenancy`, its
+    /// middleware and trigger hook): the layout
     /// `sandbox-code-runner guest-listener-config` recommends.
-    pub(crate) fn guarded(prefix: &str, guest_port: u16) -> ListenerLayout {
+    pub(crate) fn guarded(prefix: &str, guest_port: u16, tenancy: bool) -> ListenerLayout {
         ListenerLayout {
             main_host: MAIN_HOST,
             guest: Some(GuestGate {
                 port: guest_port,
                 prefix: prefix.to_string(),
+                tenancy,
             }),
         }
     }
@@ -130,7 +166,7 @@ impl ListenerLayout {
 impl Default for ListenerLayout {
     /// [`ListenerLayout::guarded`] by this repository's worker.
     fn default() -> Self {
-        ListenerLayout::guarded("sandbox-code-runner", 0)
+        ListenerLayout::guarded("sandbox-code-runner", 0, true)
     }
 }
 
@@ -153,11 +189,7 @@ impl Stack {
                 let engine = StandInEngine::start_with(EngineOptions {
                     host: layout.main_host,
                     port: options.port,
-                    guest: layout.guest.as_ref().map(|g| GuestListener {
-                        host: std::net::Ipv4Addr::LOCALHOST,
-                        port: g.port,
-                        rbac: guest_rbac(&g.prefix),
-                    }),
+                    guest: layout.guest.as_ref().map(guest_listener),
                 })
                 .await
                 .map_err(|source| StackError::Bind {
@@ -246,5 +278,45 @@ impl Stack {
         if let Some(engine) = self.engine {
             engine.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(tenancy: bool) -> GuestGate {
+        GuestGate {
+            port: 7,
+            prefix: "w".into(),
+            tenancy,
+        }
+    }
+
+    #[test]
+    fn without_tenancy_the_guest_listener_has_no_middleware_or_trigger_hook() {
+        let g = guest_listener(&gate(false));
+        assert_eq!(g.middleware_function_id, None);
+        assert_eq!(g.rbac.on_trigger_registration_function_id, None);
+        assert_eq!(g.rbac.auth_function_id.as_deref(), Some("w::guest-auth"));
+        assert_eq!(g.port, 7);
+    }
+
+    #[test]
+    fn tenancy_lays_out_the_middleware_and_the_trigger_hook() {
+        let g = guest_listener(&gate(true));
+        assert_eq!(
+            g.middleware_function_id.as_deref(),
+            Some("w::guest-middleware")
+        );
+        assert_eq!(
+            g.rbac.on_trigger_registration_function_id.as_deref(),
+            Some("w::guest-trigger")
+        );
+        assert_eq!(g.rbac.on_trigger_type_registration_function_id, None);
+        assert_eq!(
+            g.rbac.on_function_registration_function_id.as_deref(),
+            Some("w::guest-register")
+        );
     }
 }

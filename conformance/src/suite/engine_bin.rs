@@ -5,7 +5,8 @@
 //! The config holds one `iii-worker-manager` listener; the engine injects
 //! its mandatory workers (the configuration worker among them) by itself.
 //! `IIIWORKER_DISABLE_BUILTIN_DAEMONS` keeps it from spawning external
-//! daemons, and `--no-update-check` from reaching the network.
+//! daemons, `--no-update-check` and `III_TELEMETRY_ENABLED=false` from
+//! reaching the network.
 
 use crate::standin::stack::GuestGate;
 use crate::standin::wait::Deadline;
@@ -25,7 +26,8 @@ const STOP_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The engine config: one worker listener on `127.0.0.1:port`; with a guest
 /// gate, the main listener on the host-only `127.0.0.2:port` and an RBAC
-/// guest listener on `127.0.0.1:guest_port`.
+/// guest listener on `127.0.0.1:guest_port` (with a tenancy gate, its
+/// `middleware_function_id` and `on_trigger_registration_function_id` too).
 pub(crate) fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
     let mut yaml =
         String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
@@ -34,16 +36,27 @@ pub(crate) fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String
             "  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
         )),
         Some((gate, guest_port)) => {
-            let rbac = crate::standin::stack::guest_rbac(&gate.prefix);
+            let listener = crate::standin::stack::guest_listener(gate);
+            let rbac = listener.rbac;
             yaml.push_str(&format!(
                 "  - name: iii-worker-manager\n    config:\n      host: {main}\n      port: {port}\n\
-                 \x20 - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {guest_port}\n\
-                 \x20     rbac:\n        auth_function_id: {auth}\n        on_function_registration_function_id: {hook}\n\
-                 \x20       expose_functions:\n          - match(\"*\")\n",
+                 \x20 - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {guest_port}\n",
                 main = crate::standin::stack::MAIN_HOST,
+            ));
+            if let Some(mw) = &listener.middleware_function_id {
+                yaml.push_str(&format!("      middleware_function_id: {mw}\n"));
+            }
+            yaml.push_str(&format!(
+                "      rbac:\n        auth_function_id: {auth}\n        on_function_registration_function_id: {hook}\n",
                 auth = rbac.auth_function_id.unwrap_or_default(),
                 hook = rbac.on_function_registration_function_id.unwrap_or_default(),
             ));
+            if let Some(hook) = &rbac.on_trigger_registration_function_id {
+                yaml.push_str(&format!(
+                    "        on_trigger_registration_function_id: {hook}\n"
+                ));
+            }
+            yaml.push_str("        expose_functions:\n          - match(\"*\")\n");
         }
     }
     yaml
@@ -70,12 +83,7 @@ pub(crate) struct EngineProcess {
 
 impl EngineProcess {
     /// Starts `bin` on `port` (0: a free one) and waits until it answers
-    /// `engine::functions::list` to a connected worker.
-    pub(crate) async fn start(bin: &Path, port: u16) -> Result<EngineProcess, EnvError> {
-        EngineProcess::start_with(bin, port, None).await
-    }
-
-    /// [`EngineProcess::start`], with the gated layout when `guest` is
+    /// `engine::functions::list` to a connected worker; with the gated layout when `guest` is
     /// given: main listener on the host-only 127.0.0.2, an RBAC guest
     /// listener on a free 127.0.0.1 port.
     pub(crate) async fn start_with(
@@ -113,6 +121,8 @@ impl EngineProcess {
             .arg("--no-update-check")
             .current_dir(&dir)
             .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1")
+            // Its anonymous usage telemetry would leave loopback.
+            .env("III_TELEMETRY_ENABLED", "false")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
@@ -233,6 +243,7 @@ mod tests {
         let gate = GuestGate {
             port: 0,
             prefix: "w".into(),
+            tenancy: false,
         };
         let v: serde_json::Value =
             serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();
@@ -249,9 +260,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_tenancy_gate_adds_the_middleware_and_the_trigger_hook() {
+        let gate = GuestGate {
+            port: 0,
+            prefix: "w".into(),
+            tenancy: true,
+        };
+        let v: serde_json::Value =
+            serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();
+        assert_eq!(
+            v["workers"][1],
+            json!({"name": "iii-worker-manager", "config": {
+                "host": "127.0.0.1",
+                "port": 40124,
+                "middleware_function_id": "w::guest-middleware",
+                "rbac": {
+                    "auth_function_id": "w::guest-auth",
+                    "on_function_registration_function_id": "w::guest-register",
+                    "on_trigger_registration_function_id": "w::guest-trigger",
+                    "expose_functions": ["match(\"*\")"]
+                }
+            }})
+        );
+        assert_eq!(
+            v["workers"][0],
+            json!({"name": "iii-worker-manager", "config": {"host": "127.0.0.2", "port": 40123}})
+        );
+    }
+
     #[tokio::test]
     async fn an_engine_that_exits_is_reported_with_its_log() {
-        let e = EngineProcess::start(Path::new("/bin/false"), 0)
+        let e = EngineProcess::start_with(Path::new("/bin/false"), 0, None)
             .await
             .err()
             .expect("a binary that exits is no engine");

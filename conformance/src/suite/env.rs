@@ -292,12 +292,14 @@ impl Env {
     }
 
     /// A case's private environment: on the stand-in engine, or on a real
-    /// engine binary when `engine_bin` names one.
+    /// engine binary when `engine_bin` names one; with `guest`, laid out as
+    /// the shared environment's gated listeners are.
     pub(crate) async fn private(
         spec: &EnvSpec,
         cmd: &WorkerCommand,
         functions: Vec<String>,
         engine_bin: Option<&Path>,
+        guest: Option<&GuestGate>,
     ) -> Result<Env, EnvError> {
         let port = match spec.url_via {
             UrlVia::Default => DEFAULT_ENGINE_PORT,
@@ -329,7 +331,7 @@ impl Env {
                 {
                     return Err(taken("in use".into()));
                 }
-                Some(EngineProcess::start(bin, port).await?)
+                Some(EngineProcess::start_with(bin, port, guest).await?)
             }
         };
         let mut limits = suite_limits();
@@ -358,8 +360,16 @@ impl Env {
             configuration_dir: config_dir.clone(),
             without_sandbox: !spec.sandbox,
         };
-        let stack = match Stack::start_with_layout(options, ListenerLayout::open()).await {
-            Ok(s) => s.into_parts(),
+        let mut guest_url = engine_process.as_ref().and_then(EngineProcess::guest_url);
+        let layout = match guest {
+            Some(g) if engine_process.is_none() => ListenerLayout::guarded(&g.prefix, 0, g.tenancy),
+            _ => ListenerLayout::open(),
+        };
+        let stack = match Stack::start_with_layout(options, layout).await {
+            Ok(s) => {
+                guest_url = s.guest_url().or(guest_url);
+                s.into_parts()
+            }
             Err(StackError::Bind { source, .. }) => return Err(taken(source.to_string())),
             Err(StackError::Sandbox(e)) => {
                 return Err(EnvError::caused("the daemon double cannot start", e))
@@ -386,7 +396,8 @@ impl Env {
             (None, Some(raw)) => Some(raw.clone()),
             (None, None) => None,
         };
-        let mut worker = WorkerProcess::spawn(cmd, &url, spec.url_via, config.as_deref())?;
+        let mut worker =
+            WorkerProcess::spawn_with_guest(cmd, &url, spec.url_via, config.as_deref(), guest_url)?;
         if spec.boot == Boot::Ready {
             if let Err(e) = worker.wait_ready(&client, &functions).await {
                 drop(worker);

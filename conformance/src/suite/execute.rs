@@ -100,7 +100,20 @@ pub(super) async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
                 result.skipped = Some("no worker command for a private environment".into());
                 return result;
             };
-            match Env::private(spec, cmd, ctx.functions.clone(), ctx.engine_bin.as_deref()).await {
+            // A case about the guest listener gets the target's layout of it.
+            let guest = ctx
+                .guest
+                .as_ref()
+                .filter(|_| case.requires.iter().any(|r| r == "guest_listener"));
+            match Env::private(
+                spec,
+                cmd,
+                ctx.functions.clone(),
+                ctx.engine_bin.as_deref(),
+                guest,
+            )
+            .await
+            {
                 Ok(e) => Some(e),
                 Err(EnvError::Unavailable(why)) => {
                     result.skipped = Some(why);

@@ -217,6 +217,9 @@ struct Context<'a> {
     /// The engine binary private environments run on (`--engine-bin`).
     engine_bin: Option<PathBuf>,
     private_ok: Result<(), String>,
+    /// The guest listener the target's profile lays out, which private
+    /// environments of cases that need it get too.
+    guest: Option<crate::standin::stack::GuestGate>,
     functions: Vec<String>,
     published: published::Published,
     observed: Mutex<Vec<(String, Observed)>>,
@@ -278,10 +281,13 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         _ => None,
     };
     // A worker that gates its guests gets the layout its operator would
-    // run: main listener host-only, guests on an RBAC listener. Any other
-    // worker gets the engine's default, one listener its guests can reach.
+    // run: main listener host-only, guests on an RBAC listener (with its
+    // middleware and trigger hook when the profile declares
+    // `guest_tenancy`). Any other worker gets the engine's default, one
+    // listener its guests can reach.
     let layout = if loaded.target.check("guest_listener").is_ok() {
-        crate::standin::stack::ListenerLayout::guarded(&prefix, 0)
+        let tenancy = loaded.target.check("guest_tenancy").is_ok();
+        crate::standin::stack::ListenerLayout::guarded(&prefix, 0, tenancy)
     } else {
         crate::standin::stack::ListenerLayout::open()
     };
@@ -354,6 +360,7 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         worker_cmd,
         engine_bin,
         private_ok,
+        guest: layout.guest.clone(),
         functions,
         published,
         observed: Mutex::new(Vec::new()),

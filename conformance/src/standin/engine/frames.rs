@@ -70,6 +70,8 @@ pub(super) struct BindFrame<'a> {
     pub(super) trigger_type: &'a str,
     pub(super) function_id: &'a str,
     pub(super) config: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) metadata: Option<&'a Value>,
 }
 
 #[derive(Serialize)]

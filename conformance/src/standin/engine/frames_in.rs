@@ -66,28 +66,20 @@ pub(super) fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) 
                 w.held.retain(|h| h.id != id);
             }
         }
-        "invokefunction" => invoke(&mut st, from, msg),
+        "invokefunction" => {
+            if let Some(call) = invoke(&mut st, from, msg) {
+                // The middleware may take its time; this connection's later
+                // frames are not held up by it.
+                tokio::spawn(run_middleware(state.clone(), call));
+            }
+        }
         "invocationresult" => {
+            if answer_engine_call(&mut st, &msg) {
+                return;
+            }
             let Some(inv) = str_field(&msg, "invocation_id") else {
                 return;
             };
-            if let Some(waiter) = st.engine_calls.remove(inv) {
-                let answer = match msg.get("error").filter(|e| !e.is_null()) {
-                    Some(e) => Err((
-                        e.get("code")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        e.get("message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                    )),
-                    None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
-                };
-                let _ = waiter.send(answer);
-                return;
-            }
             if let Some(p) = st.pending.get(inv) {
                 if p.callee != from {
                     return;
@@ -170,6 +162,7 @@ pub(super) fn bind_frame(b: &Binding) -> String {
         trigger_type: &b.trigger_type,
         function_id: &b.function_id,
         config: &b.config,
+        metadata: b.metadata.as_ref(),
     })
 }
 
@@ -210,6 +203,7 @@ pub(super) fn register_trigger(st: &mut State, from: Uuid, msg: &Map<String, Val
         trigger_type: trigger_type.to_string(),
         function_id: function_id.to_string(),
         config: msg.get("config").cloned().unwrap_or_else(|| json!({})),
+        metadata: msg.get("metadata").filter(|m| !m.is_null()).cloned(),
         owner: from,
     };
     send_to_provider(st, trigger_type, bind_frame(&b));
@@ -303,6 +297,7 @@ pub(super) fn disconnect(state: &Shared, gone: Uuid) {
     let mut st = lock(state);
     st.workers.remove(&gone);
     st.functions.retain(|_, f| f.owner != gone);
+    stop_engine_calls(&mut st, gone);
     // Calls the departed worker was serving end as `invocation_stopped`;
     // calls it was waiting on are dropped.
     let stopped: Vec<(String, PendingCall)> = st

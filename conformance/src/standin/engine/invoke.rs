@@ -1,14 +1,19 @@
-//! Invocation: routing a call to its owner or to a built-in, and relaying
-//! the result back to the caller.
+//! Invocation: routing a call to its owner, to a built-in or to its
+//! listener's middleware, and relaying the result back to the caller.
 
 use super::*;
 
 // ---- invocation ----
 
-pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
-    let Some(function_id) = str_field(&msg, "function_id").map(str::to_string) else {
-        return;
-    };
+/// Routes one `invokefunction`. A call its listener's middleware takes
+/// instead is returned, for the caller to run on a task of its own.
+#[must_use]
+pub(super) fn invoke(
+    st: &mut State,
+    from: Uuid,
+    msg: Map<String, Value>,
+) -> Option<MiddlewareCall> {
+    let function_id = str_field(&msg, "function_id")?.to_string();
     let invocation_id = str_field(&msg, "invocation_id").map(str::to_string);
     let action = msg
         .get("action")
@@ -35,11 +40,17 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
                 from,
                 error_frame(&inv, &function_id, "FORBIDDEN", &message),
             );
-            return;
+            return None;
+        }
+        // Only an allowed call reaches the middleware.
+        if let Some(call) = intercept(st, &session, from, &msg) {
+            return Some(call);
         }
     }
 
-    if function_id.starts_with("engine::") {
+    // A worker may register an `engine::` id of its own; that one is routed
+    // to it like any other function.
+    if is_engine_owned_builtin(st, &namespace, &function_id) {
         let answer = builtin(st, from, &function_id, &data);
         if let (Some(inv), Some(answer)) = (invocation_id.as_deref(), answer) {
             let frame = match answer {
@@ -48,7 +59,7 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
             };
             send(st, from, frame);
         }
-        return;
+        return None;
     }
 
     if action == Some("enqueue") {
@@ -62,7 +73,7 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
                 error_frame(inv, &function_id, "enqueue_error", &message),
             );
         }
-        return;
+        return None;
     }
 
     let key = (namespace.clone(), function_id.clone());
@@ -88,7 +99,7 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
                 error_frame(inv, &function_id, "function_not_found", &message),
             );
         }
-        return;
+        return None;
     };
 
     // The engine tells the handler who called by adding `_caller_worker_id`
@@ -132,4 +143,5 @@ pub(super) fn invoke(st: &mut State, from: Uuid, msg: Map<String, Value>) {
         }
     }
     send(st, callee, frame);
+    None
 }

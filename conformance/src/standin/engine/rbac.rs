@@ -5,10 +5,11 @@
 //!
 //! Modelled: the AuthInput shape, the AuthResult fields that gate calls and
 //! registrations, the decision order with its infrastructure carve-out, the
-//! two `FORBIDDEN` messages, `function_registration_prefix`, the
-//! `on_function_registration_function_id` hook, and the refusal of a
-//! connection whose auth call throws (an `AUTH_ERROR` error frame, then a
-//! close). Not modelled: middleware, trigger(-type) hooks, scoped namespaces.
+//! two `FORBIDDEN` messages, `function_registration_prefix`, the three
+//! registration hooks (functions, triggers, trigger types; see [`super::admit`]),
+//! the listener's `middleware_function_id` (see [`super::middleware`]), and the
+//! refusal of a connection whose auth call throws (an `AUTH_ERROR` error frame,
+//! then a close). Not modelled: scoped namespaces (`AuthResult.namespaces`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -111,6 +112,12 @@ pub struct RbacConfig {
     /// Called before each `registerfunction`; throwing (or returning a
     /// non-object) drops the registration silently, as the engine does.
     pub on_function_registration_function_id: Option<String>,
+    /// Called before each `registertrigger`; may map its id, type, target
+    /// and config; throwing (or a non-object) drops it silently.
+    pub on_trigger_registration_function_id: Option<String>,
+    /// Called before each `registertriggertype` the session may make; may
+    /// map its id and description; throwing drops it silently.
+    pub on_trigger_type_registration_function_id: Option<String>,
     /// A function is exposed when any filter matches.
     pub expose_functions: Vec<FunctionFilter>,
 }
@@ -122,11 +129,31 @@ pub struct GuestListener {
     pub host: std::net::Ipv4Addr,
     /// Port (0 picks a free one).
     pub port: u16,
+    /// Listener-level (next to `rbac`, not inside it): every call through
+    /// this listener that passes RBAC goes to this function instead of its
+    /// target, the engine's own `engine::*` builtins excepted.
+    pub middleware_function_id: Option<String>,
     pub rbac: RbacConfig,
+}
+
+impl Default for GuestListener {
+    /// 127.0.0.1 on a free port, no middleware, an empty `rbac` block.
+    fn default() -> Self {
+        GuestListener {
+            host: std::net::Ipv4Addr::LOCALHOST,
+            port: 0,
+            middleware_function_id: None,
+            rbac: RbacConfig::default(),
+        }
+    }
 }
 
 fn default_true() -> bool {
     true
+}
+
+fn default_context() -> Value {
+    json!({})
 }
 
 /// What the auth function returned, as the engine reads it.
@@ -140,19 +167,29 @@ pub(crate) struct AuthResult {
     pub(crate) allow_function_registration: bool,
     #[serde(default)]
     pub(crate) function_registration_prefix: Option<String>,
+    /// Absent: every trigger type may be bound.
     #[serde(default)]
-    pub(crate) context: Option<Value>,
+    pub(crate) allowed_trigger_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) allow_trigger_type_registration: bool,
+    /// Forwarded to the middleware and the hooks; `{}` when absent (an
+    /// explicit `null` stays `null`, as the engine's serde default has it).
+    #[serde(default = "default_context")]
+    pub(crate) context: Value,
 }
 
 impl AuthResult {
-    /// A listener without `auth_function_id` lets every connection in.
+    /// A listener without `auth_function_id` lets every connection in, and
+    /// (unlike an auth function's default) lets it declare trigger types.
     pub(crate) fn open() -> AuthResult {
         AuthResult {
             allowed_functions: Vec::new(),
             forbidden_functions: Vec::new(),
             allow_function_registration: true,
             function_registration_prefix: None,
-            context: None,
+            allowed_trigger_types: None,
+            allow_trigger_type_registration: true,
+            context: default_context(),
         }
     }
 }
@@ -160,7 +197,7 @@ impl AuthResult {
 /// One authenticated connection on an RBAC listener.
 #[derive(Debug)]
 pub(crate) struct Session {
-    pub(crate) config: std::sync::Arc<RbacConfig>,
+    pub(crate) listener: std::sync::Arc<GuestListener>,
     pub(crate) auth: AuthResult,
 }
 
@@ -181,7 +218,7 @@ impl Session {
         if self.auth.allowed_functions.iter().any(|f| f == function_id)
             || CARVE_OUT.contains(&function_id)
             || self
-                .config
+                .rbac()
                 .expose_functions
                 .iter()
                 .any(|f| f.matches(function_id, metadata))
@@ -212,9 +249,27 @@ impl Session {
         }
     }
 
-    /// The context forwarded to hooks (`{}` when the auth gave none).
+    /// The context forwarded to the middleware and the hooks.
     pub(crate) fn context(&self) -> Value {
-        self.auth.context.clone().unwrap_or_else(|| json!({}))
+        self.auth.context.clone()
+    }
+
+    /// The listener's `rbac` block.
+    pub(crate) fn rbac(&self) -> &RbacConfig {
+        &self.listener.rbac
+    }
+
+    /// The listener's middleware, if it has one.
+    pub(crate) fn middleware(&self) -> Option<&str> {
+        self.listener.middleware_function_id.as_deref()
+    }
+
+    /// Whether the session may bind triggers of `trigger_type`.
+    pub(crate) fn may_bind(&self, trigger_type: &str) -> bool {
+        self.auth
+            .allowed_trigger_types
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|t| t == trigger_type))
     }
 }
 
@@ -284,12 +339,15 @@ mod tests {
 
     fn session(forbidden: &[&str], allowed: &[&str], expose: &[&str]) -> Session {
         Session {
-            config: Arc::new(RbacConfig {
-                expose_functions: expose
-                    .iter()
-                    .map(|e| FunctionFilter::parse(&json!(e)).unwrap())
-                    .collect(),
-                ..RbacConfig::default()
+            listener: Arc::new(GuestListener {
+                rbac: RbacConfig {
+                    expose_functions: expose
+                        .iter()
+                        .map(|e| FunctionFilter::parse(&json!(e)).unwrap())
+                        .collect(),
+                    ..RbacConfig::default()
+                },
+                ..GuestListener::default()
             }),
             auth: AuthResult {
                 forbidden_functions: forbidden.iter().map(|s| s.to_string()).collect(),
@@ -348,6 +406,27 @@ mod tests {
         assert_eq!(v["query_params"]["token"], json!(["a", "b"]));
         assert_eq!(v["query_params"]["x"], json!([" y"]));
         assert_eq!(v["ip_address"], "127.0.0.1");
+    }
+
+    #[test]
+    fn auth_defaults_deny_trigger_types_and_give_an_empty_context() {
+        let auth: AuthResult = serde_json::from_value(json!({})).unwrap();
+        assert!(!auth.allow_trigger_type_registration);
+        assert!(auth.allow_function_registration);
+        assert_eq!(auth.allowed_trigger_types, None);
+        assert_eq!(auth.context, json!({}));
+        let auth: AuthResult = serde_json::from_value(json!({"context": null})).unwrap();
+        assert_eq!(auth.context, Value::Null, "an explicit null is kept");
+        assert!(AuthResult::open().allow_trigger_type_registration);
+    }
+
+    #[test]
+    fn allowed_trigger_types_gate_bindings_only_when_given() {
+        let mut s = session(&[], &[], &[]);
+        assert!(s.may_bind("anything"));
+        s.auth.allowed_trigger_types = Some(vec!["cron".into()]);
+        assert!(s.may_bind("cron"));
+        assert!(!s.may_bind("http"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub(super) async fn serve_socket(
     stream: TcpStream,
     peer: SocketAddr,
     state: Shared,
-    rbac: Option<Arc<RbacConfig>>,
+    rbac: Option<Arc<GuestListener>>,
 ) {
     let mut path = String::from("/");
     let mut query: Option<String> = None;
@@ -35,20 +35,20 @@ pub(super) async fn serve_socket(
     // once, after the upgrade; a refusal is one error frame, then a close.
     let session = match rbac {
         None => None,
-        Some(config) => {
-            let auth = match &config.auth_function_id {
+        Some(listener) => {
+            let auth = match &listener.rbac.auth_function_id {
                 None => Ok(AuthResult::open()),
                 Some(fid) => {
                     let input = rbac::auth_input(&headers, query.as_deref(), peer);
                     match engine_call(&state, fid, input).await {
                         Ok(Value::Null) => Err("auth function returned no result".to_string()),
                         Ok(v) => serde_json::from_value::<AuthResult>(v).map_err(|e| e.to_string()),
-                        Err((_code, message)) => Err(message),
+                        Err(e) => Err(e.message),
                     }
                 }
             };
             match auth {
-                Ok(auth) => Some(Arc::new(Session { config, auth })),
+                Ok(auth) => Some(Arc::new(Session { listener, auth })),
                 Err(message) => {
                     let frame = rbac::auth_error_frame(&message);
                     let _ = ws.send(WsMessage::Text(frame.into())).await;
@@ -65,55 +65,6 @@ pub(super) async fn serve_socket(
         return;
     }
     serve_worker(ws, state, session).await;
-}
-
-/// Calls `function_id` as the engine itself (no caller worker), and waits
-/// for its answer: `Err((code, message))` when it is missing, fails, or
-/// times out.
-pub(super) async fn engine_call(
-    state: &Shared,
-    function_id: &str,
-    data: Value,
-) -> Result<Value, (String, String)> {
-    let invocation_id = Uuid::new_v4().to_string();
-    let (tx, rx) = oneshot::channel();
-    {
-        let mut st = lock(state);
-        let Some(callee) = st
-            .functions
-            .get(&(DEFAULT_NAMESPACE.to_string(), function_id.to_string()))
-            .map(|f| f.owner)
-        else {
-            return Err((
-                "function_not_found".into(),
-                format!("Function {function_id} not found in namespace {DEFAULT_NAMESPACE}."),
-            ));
-        };
-        let local = st
-            .workers
-            .get(&callee)
-            .and_then(|w| w.session.as_ref())
-            .map(|s| s.local_id(function_id).to_string())
-            .unwrap_or_else(|| function_id.to_string());
-        st.engine_calls.insert(invocation_id.clone(), tx);
-        let frame = encode(&ForwardFrame {
-            r#type: "invokefunction",
-            invocation_id: Some(&invocation_id),
-            function_id: &local,
-            data: &data,
-            metadata: None,
-            traceparent: None,
-            baggage: None,
-        });
-        send(&st, callee, frame);
-    }
-    match tokio::time::timeout(ENGINE_CALL_TIMEOUT, rx).await {
-        Ok(Ok(answer)) => answer,
-        _ => {
-            lock(state).engine_calls.remove(&invocation_id);
-            Err(("timeout".into(), format!("{function_id} did not answer")))
-        }
-    }
 }
 
 pub(super) async fn keep_telemetry(
@@ -212,9 +163,15 @@ pub(super) async fn serve_worker(
         if let Some(session) = &session {
             // Registrations through an RBAC listener pass its gate first;
             // frames of one connection stay in order, as on the engine.
-            if str_field(&msg, "type") == Some("registerfunction")
-                && !admit_registration(&state, session, &mut msg).await
-            {
+            let admitted = match str_field(&msg, "type") {
+                Some("registerfunction") => admit_registration(&state, session, &mut msg).await,
+                Some("registertrigger") => {
+                    admit_trigger(&state, session, worker_id, &mut msg).await
+                }
+                Some("registertriggertype") => admit_trigger_type(&state, session, &mut msg).await,
+                _ => true,
+            };
+            if !admitted {
                 continue;
             }
         }
@@ -225,48 +182,4 @@ pub(super) async fn serve_worker(
     disconnect(&state, worker_id);
     let _ = tx.send(Outbound::Close);
     let _ = writer.await;
-}
-
-/// Applies an RBAC session to one `registerfunction`: refused when the
-/// session may not register, or the hook throws or answers no object; the
-/// hook may map the id, description and metadata; the prefix comes last.
-pub(super) async fn admit_registration(
-    state: &Shared,
-    session: &Session,
-    msg: &mut Map<String, Value>,
-) -> bool {
-    if !session.auth.allow_function_registration {
-        return false;
-    }
-    let Some(id) = str_field(msg, "id").map(str::to_string) else {
-        return false;
-    };
-    let mut id = id;
-    if let Some(hook) = &session.config.on_function_registration_function_id {
-        let input = json!({
-            "function_id": id,
-            "description": msg.get("description"),
-            "metadata": msg.get("metadata"),
-            "namespace": DEFAULT_NAMESPACE,
-            "context": session.context(),
-        });
-        match engine_call(state, hook, input).await {
-            Ok(Value::Object(mapped)) => {
-                if let Some(s) = mapped.get("function_id").and_then(Value::as_str) {
-                    id = s.to_string();
-                }
-                for key in ["description", "metadata"] {
-                    if let Some(v) = mapped.get(key) {
-                        msg.insert(key.into(), v.clone());
-                    }
-                }
-            }
-            other => {
-                tracing::debug!(function_id = %id, answered = other.is_ok(), "registration denied by hook");
-                return false;
-            }
-        }
-    }
-    msg.insert("id".into(), Value::String(session.registered_id(&id)));
-    true
 }
