@@ -214,8 +214,9 @@ const UI_DIR: &str = "ui";
 const UI_INPUTS: &[&str] = &["package.json", "package-lock.json", "build.mjs"];
 /// The files ui/build.mjs produces, each embedded as `$OUT_DIR/ui-<name>`.
 const UI_ASSETS: &[&str] = &["cards.js", "cards.css", "page.js"];
-/// What the bundle must contain to be the cards (the registration queue).
-const UI_MARKER: &str = "__iiiConsoleUi";
+/// What the bundle must contain to be the cards: the renderer ids it
+/// registers (`sandbox-code-runner/cards.js#run`, …).
+const UI_MARKER: &str = "/cards.js#";
 
 fn build_ui_assets() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
@@ -327,7 +328,10 @@ fn build_ui(cache_root: &Path, ui: &Path, deps: &Path, assets: &Path) {
     let css = fs::read_to_string(work.join("cards.css")).unwrap_or_default();
     let page = fs::read_to_string(work.join("page.js")).unwrap_or_default();
     assert!(
-        js.contains(UI_MARKER) && css.contains("data-iii-ui") && page.contains("list_runtimes"),
+        js.contains(UI_MARKER)
+            && js.contains("export")
+            && css.contains("data-iii-ui")
+            && page.contains("list_runtimes"),
         "build.rs: ui/build.mjs produced no usable cards.js / cards.css in {}",
         work.display()
     );

@@ -345,6 +345,7 @@ fn chromium_runs_the_embedded_assets_through_the_console_host_stand_in() {
         "register-function",
         "teardown-runtime",
         "teardown-namespace",
+        "list-runtimes",
     ] {
         let png = shots.join(format!("{name}.png"));
         assert!(

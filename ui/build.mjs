@@ -1,7 +1,9 @@
-// Builds the console assets: dist/cards.js (an IIFE that registers the cards),
-// dist/page.js (the runtimes page, an ES module) and dist/cards.css. The one recipe for both `npm run build` and the root
-// build.rs, which runs it with `--outdir=<cache>` and `--modules=<dir>` (the
-// directory its cached `npm ci` ran in) so nothing is installed under ui/.
+// Builds the console assets: dist/cards.js (the function-trigger renderers)
+// and dist/page.js (the runtimes page), two ES modules whose default export is
+// the console's setup(host), and dist/cards.css. React is the console's: the
+// `react` import stays external. The one recipe for both `npm run build` and
+// the root build.rs, which runs it with `--outdir=<cache>` and `--modules=<dir>`
+// (the directory its cached `npm ci` ran in) so nothing is installed under ui/.
 //
 //   node build.mjs [--outdir=dist] [--modules=<dir holding node_modules>]
 
@@ -24,21 +26,17 @@ const outdir = resolve(values.outdir);
 const banner = "/* sandbox-code-runner console cards: generated from ui/src by ui/build.mjs; do not edit. */";
 const common = { bundle: true, minify: true, legalComments: "none", logLevel: "warning", banner: { js: banner, css: banner } };
 
+const script = { ...common, format: "esm", target: ["es2020"], platform: "browser", external: ["react"] };
+
 await esbuild.build({
-  ...common,
-  entryPoints: [join(here, "src/register.ts")],
-  format: "iife",
-  target: ["es2020"],
-  platform: "browser",
+  ...script,
+  entryPoints: [join(here, "src/cards-setup.ts")],
   outfile: join(outdir, "cards.js"),
   banner: { js: banner },
 });
 await esbuild.build({
-  ...common,
+  ...script,
   entryPoints: [join(here, "src/page.ts")],
-  format: "esm",
-  target: ["es2020"],
-  platform: "browser",
   outfile: join(outdir, "page.js"),
   banner: { js: "/* sandbox-code-runner console page: generated from ui/src by ui/build.mjs; do not edit. */" },
 });

@@ -1,7 +1,8 @@
+// `npm run test:browser`: the built assets in the console-host stand-in, in
+// headless Debian Chromium. browser/setup.ts installs Chromium first when it
+// is missing (root only).
 import { defineConfig } from "vitest/config";
 
-// `npm run test:browser`: the harness page in headless Debian Chromium.
-// browser/setup.ts installs Chromium first when it is missing (root only).
 export default defineConfig({
   test: {
     include: ["browser/**/*.test.ts"],

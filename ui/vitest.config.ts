@@ -1,7 +1,8 @@
+// `npm test`: the cards from the fixtures, redaction properties, the
+// tokenizer, a DOM mount and setup(host) under happy-dom (per-file
+// environment comment), and import() of each built asset.
 import { defineConfig } from "vitest/config";
 
-// `npm test`: the cards rendered server-side, redaction properties, the
-// tokenizer, and a DOM mount under happy-dom (per-file environment comment).
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],

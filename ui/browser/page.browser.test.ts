@@ -1,23 +1,22 @@
 /**
- * The runtimes page (src/page.ts) in headless Debian Chromium: an inventory
- * of about 50 runtimes in 5 namespaces (the one a live worker answered when
- * SCR_UI_INVENTORY names it, else a synthetic one), a screenshot, no runtime
- * id in the DOM, a namespace torn down from the page, and 1,000 runtimes
- * rendered a page at a time with one list_runtimes call per refresh.
+ * The runtimes page in headless Debian Chromium, registered by page.js's
+ * setup(host) in the console-host stand-in and opened at its route: an
+ * inventory of about 50 runtimes in 5 namespaces (the one a live worker
+ * answered when SCR_UI_INVENTORY names it, else a synthetic one), the
+ * configuration action the console adds for its configurationId, a
+ * screenshot, no runtime id in the DOM, a namespace torn down from the page,
+ * and 1,000 runtimes rendered a page at a time with one list_runtimes call
+ * per refresh.
  *
  * Env: SCR_UI_DIST (built assets; default a fresh build), SCR_UI_INVENTORY
- * (a list_runtimes answer as JSON), SCR_UI_PAGE_SCREENSHOT (default
- * target/ui-page-screenshot.png).
+ * (a list_runtimes answer as JSON), SCR_UI_SCREENSHOT_DIR.
  */
-import { mkdirSync, readFileSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { readFileSync } from "node:fs";
 import { describe, expect, inject, it } from "vitest";
 import { GROUPS_PER_PAGE, ROWS_PER_PAGE, type Inventory, type RuntimeEntry } from "../src/page";
 import type { Page } from "playwright-core";
 import { FULL_ID } from "../test/fixtures";
-import { REPO, useStage, watchedPage } from "./stage";
-
-const SCREENSHOT = process.env.SCR_UI_PAGE_SCREENSHOT ?? join(REPO, "target", "ui-page-screenshot.png");
+import { openConsole, screenshot, useStage, type ConsoleApi } from "./stage";
 
 const executable = inject("chromium");
 const skipReason = inject("chromiumSkipReason");
@@ -60,18 +59,18 @@ function inventory(): Inventory {
 describe.skipIf(!executable)(`runtimes page in Chromium${executable ? "" : ` (skipped: ${skipReason})`}`, () => {
   const stage = useStage(executable as string);
 
+  /** The stand-in console with the worker's assets, `inv` as the inventory, at the page's route. */
   async function open(inv: Inventory) {
-    const { page, problems } = await watchedPage(stage.browser);
-    await page.goto(`${stage.url}/harness/page.html`);
-    await page.waitForSelector('body[data-ready="true"]', { timeout: 30_000 });
-    await page.evaluate((i) => (window as unknown as { startPage(i: unknown): void }).startPage(i), inv);
-    await page.waitForSelector('.scr-pg[data-loading="false"] [data-role="summary"]', { timeout: 30_000 });
+    const { page, problems } = await openConsole(stage, { options: { viewport: { width: 1280, height: 900 } } });
+    await page.evaluate((i) => (window as unknown as { __console: ConsoleApi }).__console.setInventory(i), inv);
+    await page.locator('nav a[href="#/ext/sandbox-code-runner-runtimes"]').click();
+    await page.waitForSelector('[data-page-id="sandbox-code-runner-runtimes"] .scr-pg[data-loading="false"] [data-role="summary"]', { timeout: 30_000 });
     return { page, problems };
   }
 
-  const calls = (page: Page) => page.evaluate(() => (window as unknown as { __calls: { functionId: string; payload: Record<string, unknown> }[] }).__calls);
+  const calls = (page: Page) => page.evaluate(() => (window as unknown as { __console: ConsoleApi }).__console.calls);
 
-  it("shows runtimes grouped by namespace, the pool and totals; saves a screenshot", async () => {
+  it("shows runtimes grouped by namespace, the pool and totals, under the configuration action; saves a screenshot", async () => {
     const inv = inventory();
     const { page, problems } = await open(inv);
     expect(problems).toEqual([]);
@@ -89,11 +88,9 @@ describe.skipIf(!executable)(`runtimes page in Chromium${executable ? "" : ` (sk
     expect(text).not.toMatch(FULL_ID);
     expect(html).not.toMatch(FULL_ID);
     expect((await calls(page)).filter((c) => c.functionId === "sandbox-code-runner::list_runtimes")).toHaveLength(1);
-    mkdirSync(dirname(SCREENSHOT), { recursive: true });
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
-    expect(readFileSync(SCREENSHOT).subarray(1, 4).toString()).toBe("PNG");
-    expect(statSync(SCREENSHOT).size).toBeGreaterThan(50_000);
-    console.log(`page screenshot: ${SCREENSHOT}`);
+    // The console's header carries the configuration action the page declared.
+    expect(await page.locator('.page-head button[data-configuration-id="sandbox-code-runner"]').count()).toBe(1);
+    await screenshot(page.locator('[data-page-id="sandbox-code-runner-runtimes"]'), "runtimes-page");
     await page.close();
   });
 

@@ -1,16 +1,15 @@
 /**
- * One renderer per function. Each turns an {@link Invocation} into a card
- * tree; the frame, the redaction and the back ends are shared.
+ * The card trees of `run`, `register_function` and `teardown`: each turns
+ * an {@link Invocation} into a tree; the frame, the redaction and the back
+ * ends are shared (`list_runtimes` is in `inventory-card.ts`).
  */
 
 import { definesHandler, guessLang } from "./highlight";
 import {
-  PENDING,
   badge,
   callout,
   codeBlock,
   duration,
-  errorVerdict,
   fieldRow,
   frame,
   mono,
@@ -19,14 +18,17 @@ import {
   section,
   str,
   terminal,
+  UI_NAME,
   type Invocation,
   type Tone,
   type Verdict,
+  unsettledVerdict,
 } from "./frame";
-import { redactedJson, redactText, type TextRedactor } from "./redact";
+import { renderInventory } from "./inventory-card";
+import { redactedJson, type TextRedactor } from "./redact";
 import { h, secretChip, type Child, type VElement } from "./vnode";
 
-export type CardKind = "run" | "register_function" | "teardown";
+export type CardKind = "run" | "register_function" | "teardown" | "list_runtimes";
 
 /** What a renderer needs besides the invocation. */
 export interface CardContext {
@@ -47,7 +49,7 @@ function lineCount(src: string | undefined): string {
 }
 
 function hasOutput(inv: Invocation): boolean {
-  return inv.output !== undefined && inv.output !== null;
+  return inv.output !== undefined && inv.output !== null && (inv.error === undefined || inv.error === null);
 }
 
 // ─── run ────────────────────────────────────────────────────────────────────
@@ -70,10 +72,9 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
 
   let verdict: Verdict;
   let streamTone: Tone = "neutral";
-  if (inv.error !== undefined && inv.error !== null) {
-    verdict = errorVerdict(inv.error);
-  } else if (!hasOutput(inv)) {
-    verdict = PENDING;
+  const unsettled = unsettledVerdict(inv);
+  if (unsettled) {
+    verdict = unsettled;
   } else {
     const exit = num(output.exit_code);
     const ms = num(output.duration_ms);
@@ -135,7 +136,7 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
     sections.push(section("Output", null, out || err ? [out, err] : h("p", { class: "scr-empty" }, "No output on stdout or stderr.")));
   }
 
-  return frame({ fn: "run", title: "run", badges, verdict, sections, invocation: inv });
+  return frame({ fn: "run", title: "run", badges, verdict, sections });
 }
 
 // ─── register_function ──────────────────────────────────────────────────────
@@ -156,8 +157,8 @@ export function renderRegister(inv: Invocation, ctx: CardContext): VElement {
   const ns = namespaceOf(fid);
 
   let verdict: Verdict;
-  if (inv.error !== undefined && inv.error !== null) verdict = errorVerdict(inv.error);
-  else if (!hasOutput(inv)) verdict = PENDING;
+  const unsettled = unsettledVerdict(inv);
+  if (unsettled) verdict = unsettled;
   else if (output.registered === true) verdict = { tone: "ok", headline: "Registered", facts: [fid ? mono(fid) : null] };
   else verdict = { tone: "warn", headline: "Not registered", facts: [fid ? mono(fid) : null] };
 
@@ -192,7 +193,7 @@ export function renderRegister(inv: Invocation, ctx: CardContext): VElement {
     }
     sections.push(section("Source", [lang ?? "", lang ? " · " : "", lineCount(source)], codeBlock(source, lang, ctx.redact)));
   }
-  return frame({ fn: "register_function", title: "register_function", badges: [langBadge(lang)], verdict, sections, invocation: inv });
+  return frame({ fn: "register_function", title: "register_function", badges: [langBadge(lang)], verdict, sections });
 }
 
 // ─── teardown ───────────────────────────────────────────────────────────────
@@ -206,8 +207,8 @@ export function renderTeardown(inv: Invocation, _ctx: CardContext): VElement {
   const unregistered = Array.isArray(output.unregistered) ? output.unregistered.filter((x): x is string => typeof x === "string") : [];
 
   let verdict: Verdict;
-  if (inv.error !== undefined && inv.error !== null) verdict = errorVerdict(inv.error);
-  else if (!hasOutput(inv)) verdict = PENDING;
+  const unsettled = unsettledVerdict(inv);
+  if (unsettled) verdict = unsettled;
   else if (output.torn_down === true) {
     verdict = {
       tone: "ok",
@@ -245,7 +246,6 @@ export function renderTeardown(inv: Invocation, _ctx: CardContext): VElement {
     badges: [runtime ? badge("by runtime", "mode") : nsShown ? badge("by namespace", "mode") : null],
     verdict,
     sections,
-    invocation: inv,
   });
 }
 
@@ -253,13 +253,15 @@ export const RENDERERS: Record<CardKind, (inv: Invocation, ctx: CardContext) => 
   run: renderRun,
   register_function: renderRegister,
   teardown: renderTeardown,
+  list_runtimes: renderInventory,
 };
 
-/** Which renderer a function id takes (`…::run` → run), or null. */
-export function kindOf(functionId: string | undefined): CardKind | null {
-  if (typeof functionId !== "string") return null;
-  const op = functionId.slice(functionId.lastIndexOf("::") + 2);
-  return op === "run" || op === "register_function" || op === "teardown" ? op : null;
-}
+/** The operations that have a card, in registration order. */
+export const KINDS: readonly CardKind[] = ["run", "register_function", "teardown", "list_runtimes"];
 
-export { redactText };
+/** Which card a function id takes (`sandbox-code-runner::run` → run), or null. */
+export function kindOf(functionId: string | undefined): CardKind | null {
+  if (typeof functionId !== "string" || !functionId.startsWith(`${UI_NAME}::`)) return null;
+  const op = functionId.slice(UI_NAME.length + 2);
+  return (KINDS as readonly string[]).includes(op) ? (op as CardKind) : null;
+}

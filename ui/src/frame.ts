@@ -1,20 +1,21 @@
 /**
- * The card frame every renderer shares: a header (function, badges, view
- * switch, copy button), a verdict bar, the body sections, and a raw JSON pane
- * that only ever shows {@link redactRaw}'s output.
+ * The card frame every renderer shares: a header (function, badges), a
+ * verdict bar and the body sections. The raw JSON of a call is the console's
+ * to show (its raw-JSON pane, through the renderer's `redactRaw`), not the
+ * card's.
  */
 
-import { redactClipped, redactedJson, redactText, type TextRedactor } from "./redact";
-import { clickable, h, type Child, type VElement, type VNode } from "./vnode";
+import { redactClipped, redactText, type TextRedactor } from "./redact";
+import { h, type Child, type VElement, type VNode } from "./vnode";
 import { toLines, tokenize, type Lang } from "./highlight";
 
 /** Mount point attribute: every CSS rule is scoped under it. */
 export const UI_ATTR = "data-iii-ui";
 export const UI_NAME = "sandbox-code-runner";
 
-/** One call as the console hands it to a card. */
+/** One call as a card reads it (see `message.ts` for how a console message becomes one). */
 export interface Invocation {
-  /** `sandbox-code-runner::run`, `::register_function` or `::teardown`. */
+  /** `sandbox-code-runner::run`, `::register_function`, `::teardown` or `::list_runtimes`. */
   function_id?: string;
   /** The request payload. */
   input?: unknown;
@@ -22,6 +23,8 @@ export interface Invocation {
   output?: unknown;
   /** The invocation error, when the call failed: `{code, message}` or text. */
   error?: unknown;
+  /** The call is in flight: no answer yet. */
+  running?: boolean;
 }
 
 export type Tone = "ok" | "warn" | "alert" | "pending" | "neutral";
@@ -43,7 +46,6 @@ export interface FrameSpec {
   badges: Child[];
   verdict: Verdict;
   sections: Child[];
-  invocation: Invocation;
 }
 
 const ICONS: Record<Tone, string> = {
@@ -53,18 +55,6 @@ const ICONS: Record<Tone, string> = {
   pending: "…",
   neutral: "•",
 };
-
-function switchView(el: HTMLElement, view: "card" | "raw"): void {
-  const root = el.closest(".scr-card");
-  if (!root) return;
-  root.setAttribute("data-view", view);
-  for (const tab of Array.from(root.querySelectorAll<HTMLElement>(".scr-tab"))) {
-    tab.setAttribute("aria-selected", String(tab.dataset.view === view));
-  }
-  for (const pane of Array.from(root.querySelectorAll<HTMLElement>(".scr-pane"))) {
-    pane.hidden = pane.dataset.view !== view;
-  }
-}
 
 export function badge(text: Child, kind = "plain"): VElement {
   return h("span", { class: `scr-badge scr-badge-${kind}` }, text);
@@ -158,25 +148,6 @@ export function fieldRow(label: Child, value: Child, hint?: Child): VElement {
 /** The whole card. */
 export function frame(spec: FrameSpec): VElement {
   const { verdict } = spec;
-  const raw = redactedJson(spec.invocation);
-  const tab = (view: "card" | "raw", label: string) =>
-    clickable(
-      "button",
-      { type: "button", class: "scr-tab", role: "tab", "data-view": view, "aria-selected": view === "card" ? "true" : "false" },
-      (el) => switchView(el, view),
-      label,
-    );
-  const copyJson = clickable(
-    "button",
-    { type: "button", class: "scr-copy", title: "Copy this call as JSON (runtime ids shortened)" },
-    (el, env) => {
-      env.copy(raw).then(
-        () => flash(el, "Copied", env.reducedMotion),
-        () => flash(el, "Copy failed", env.reducedMotion),
-      );
-    },
-    "Copy JSON",
-  );
   return h(
     "article",
     {
@@ -184,7 +155,6 @@ export function frame(spec: FrameSpec): VElement {
       [UI_ATTR]: UI_NAME,
       "data-fn": spec.fn,
       "data-tone": verdict.tone,
-      "data-view": "card",
       "aria-label": `${spec.title}: ${typeof verdict.headline === "string" ? verdict.headline : verdict.tone}`,
     },
     h(
@@ -192,11 +162,10 @@ export function frame(spec: FrameSpec): VElement {
       { class: "scr-head" },
       h("span", { class: "scr-fn" }, h("span", { class: "scr-fn-ns" }, `${UI_NAME}::`), h("span", { class: "scr-fn-name" }, spec.title)),
       h("span", { class: "scr-badges" }, ...spec.badges),
-      h("span", { class: "scr-tools" }, h("span", { class: "scr-tabs", role: "tablist" }, tab("card", "Card"), tab("raw", "Raw")), copyJson),
     ),
     h(
       "div",
-      { class: "scr-pane", "data-view": "card", role: "tabpanel" },
+      { class: "scr-body" },
       h(
         "div",
         { class: "scr-verdict", "data-tone": verdict.tone, role: "status" },
@@ -204,40 +173,40 @@ export function frame(spec: FrameSpec): VElement {
         h(
           "div",
           { class: "scr-verdict-main" },
-          h("div", { class: "scr-verdict-line" }, h("strong", { class: "scr-verdict-headline" }, verdict.headline), ...(verdict.facts ?? []).map((f) => h("span", { class: "scr-fact" }, f))),
+          h("div", { class: "scr-verdict-line" }, h("strong", { class: "scr-verdict-headline" }, verdict.headline), ...(verdict.facts ?? []).filter((f) => f !== null && f !== undefined && f !== false && f !== "").map((f) => h("span", { class: "scr-fact" }, f))),
           verdict.detail ? h("p", { class: "scr-verdict-detail" }, verdict.detail) : null,
         ),
         verdict.aside ? h("div", { class: "scr-verdict-aside" }, verdict.aside) : null,
       ),
       ...spec.sections,
     ),
-    h("div", { class: "scr-pane scr-raw", "data-view": "raw", role: "tabpanel", hidden: true }, h("pre", { class: "scr-raw-json", tabindex: 0 }, raw)),
   );
 }
 
-function flash(el: HTMLElement, text: string, reducedMotion: boolean): void {
-  const before = "Copy JSON";
-  el.textContent = text;
-  el.classList.add("is-flashing");
-  el.ownerDocument.defaultView?.setTimeout(
-    () => {
-      el.textContent = before;
-      el.classList.remove("is-flashing");
-    },
-    reducedMotion ? 2500 : 1500,
-  );
+/** This worker's error code named in `text` (`sandbox-code-runner::expired`), else any `ns::code` at its head. */
+function codeIn(text: string): string {
+  const ours = new RegExp(`${UI_NAME}::[a-z_]+`).exec(text);
+  if (ours) return ours[0];
+  const head = /^([\w-]+::[\w-]+)/.exec(text);
+  return head ? (head[1] as string) : "";
 }
 
-/** `{code, message}` of an invocation error, whatever shape it came in. */
+/**
+ * `{code, message}` of an invocation error, whatever shape it came in: the
+ * worker's `{code, message}`, a string (`"code: detail"`, or a trace's
+ * `"Error: code: detail"`), or the console's `{kind, message}`.
+ */
 export function errorParts(error: unknown): { code: string; message: string } {
   if (typeof error === "string") {
-    const m = /^([\w-]+::[\w-]+)(?::\s*)?/.exec(error);
-    return { code: m ? (m[1] as string) : "", message: error };
+    const code = codeIn(error);
+    const at = code ? error.indexOf(code) : -1;
+    // A trace prefixes the exception type ("Error: "); the message starts at the code.
+    return { code, message: at > 0 && at < 40 ? error.slice(at) : error };
   }
   if (error && typeof error === "object") {
     const o = error as Record<string, unknown>;
-    const code = typeof o.code === "string" ? o.code : "";
     const message = typeof o.message === "string" ? o.message : typeof o.error === "string" ? o.error : "";
+    const code = typeof o.code === "string" ? o.code : codeIn(message);
     return { code, message };
   }
   return { code: "", message: "" };
@@ -271,7 +240,18 @@ export function errorVerdict(error: unknown): Verdict {
   };
 }
 
-export const PENDING: Verdict = { tone: "pending", headline: "Running…" };
+export const PENDING: Verdict = { tone: "pending", headline: "Running…", detail: "The call is in flight; its answer shows here when it lands." };
+
+/** A settled call whose answer this view cannot read (aborted, or not paired yet). */
+export const NO_RESPONSE: Verdict = { tone: "neutral", headline: "No response recorded" };
+
+/** The verdict of a call without a response body: its error, in flight, or none recorded; null when it has one. */
+export function unsettledVerdict(inv: Invocation): Verdict | null {
+  if (inv.error !== undefined && inv.error !== null) return errorVerdict(inv.error);
+  if (inv.running) return { ...PENDING };
+  if (inv.output === undefined || inv.output === null) return { ...NO_RESPONSE };
+  return null;
+}
 
 /** A stable plain-object view of an unknown value. */
 export function record(v: unknown): Record<string, unknown> {

@@ -15,43 +15,23 @@
  *
  * Served as `sandbox-code-runner/page.js` (an ES module) to the
  * `console:script` trigger: its default export is the console's
- * `setup(host)`, which registers the page.
+ * `setup(host)`, which registers the page (`#/ext/sandbox-code-runner-runtimes`).
  */
 
+import { sharedReact, type Host } from "./console";
 import { UI_ATTR, UI_NAME } from "./frame";
+import { KEPT, clock, groups, span, type Inventory, type RuntimeEntry } from "./inventory";
 import { makeRedactor } from "./redact";
 import { clickable, h, renderToDom, renderToString, type Child, type Env, type VElement } from "./vnode";
+
+export type { Inventory, RuntimeEntry };
+export { groups, span };
 
 export const LIST_RUNTIMES = "sandbox-code-runner::list_runtimes";
 export const TEARDOWN = "sandbox-code-runner::teardown";
 export const PAGE_ID = "sandbox-code-runner-runtimes";
 export const GROUPS_PER_PAGE = 8;
 export const ROWS_PER_PAGE = 12;
-const KEPT = "";
-
-export interface RuntimeEntry {
-  handle: string;
-  kind: "kept" | "namespace";
-  lang: string;
-  namespace?: string;
-  functions: string[];
-  created_at_ms: number;
-  last_used_at_ms: number;
-  idle_ttl_secs: number;
-  reap_at_ms: number;
-  executions: number;
-  exec_ms: number;
-  vm: "alive" | "gone" | "unknown";
-}
-
-export interface Inventory {
-  generated_at_ms: number;
-  runtimes: RuntimeEntry[];
-  vm_check: string;
-  pool: Record<string, { ready: number; warming: number; target: number }>;
-  totals: Record<string, Record<string, number>>;
-}
-
 /** What the page needs of the console's bus client. */
 export interface PageClient {
   trigger(functionId: string, payload?: Record<string, unknown>): Promise<unknown>;
@@ -87,35 +67,6 @@ const NOOP: Actions = { refresh() {}, setGroupPage() {}, setRowPage() {}, teardo
 
 function button(label: Child, onClick: () => void, attrs: Record<string, string | boolean> = {}): VElement {
   return clickable("button", { type: "button", class: "scr-pg-btn", ...attrs }, () => onClick(), label);
-}
-
-/** `3m 20s`, `2h 5m`, `41s`. */
-export function span(ms: number): string {
-  const s = Math.max(0, Math.round(ms / 1000));
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m ${s % 60}s`;
-  const hh = Math.floor(m / 60);
-  if (hh < 48) return `${hh}h ${m % 60}m`;
-  return `${Math.floor(hh / 24)}d ${hh % 24}h`;
-}
-
-function clock(ms: number): string {
-  const d = new Date(ms);
-  const p = (n: number) => String(n).padStart(2, "0");
-  return `${p(d.getUTCHours())}:${p(d.getUTCMinutes())}:${p(d.getUTCSeconds())} UTC`;
-}
-
-/** Runtimes grouped by namespace (kept runtimes under {@link KEPT}), namespaces sorted, kept last. */
-export function groups(inv: Inventory): [string, RuntimeEntry[]][] {
-  const by = new Map<string, RuntimeEntry[]>();
-  for (const r of inv.runtimes) {
-    const key = r.kind === "namespace" ? (r.namespace ?? "?") : KEPT;
-    const list = by.get(key);
-    if (list) list.push(r);
-    else by.set(key, [r]);
-  }
-  return [...by.entries()].sort(([a], [b]) => (a === KEPT ? 1 : b === KEPT ? -1 : a < b ? -1 : a > b ? 1 : 0));
 }
 
 function pager(page: number, pages: number, go: (p: number) => void, what: string): VElement | null {
@@ -248,7 +199,7 @@ export function pageTree(state: ViewState, actions: Actions = NOOP, now: number 
     h(
       "header",
       { class: "scr-pg-head" },
-      h("h2", null, "Sandbox runtimes"),
+      // The title is the console's (the page header it draws from the registration).
       h(
         "span",
         { class: "scr-pg-meta", "data-role": "summary" },
@@ -373,30 +324,27 @@ export function mountPage(host: Element, client: PageClient, options: MountPageO
   };
 }
 
-/** The slice of the console's `setup(host)` argument this page uses. */
-interface ConsoleHost {
-  iii: PageClient;
-  pages?: { register(page: { id: string; title: string; render: unknown }): () => void };
-}
-
-interface ReactLike {
-  createElement(type: string, props: Record<string, unknown>): unknown;
-  useEffect(f: () => void | (() => void), deps: unknown[]): void;
-  useRef<T>(v: T): { current: T };
-}
+/** The configuration entry this worker owns; the console puts its action in the page header. */
+export const CONFIGURATION_ID = UI_NAME;
 
 /**
- * The console's entry point: registers the page. Its component is a plain
- * element the page mounts itself into, through the console's own React
- * (`window.__III_CONSOLE__.React`), so nothing of React is bundled here.
+ * The console's entry point: registers the page, with the worker's
+ * configuration entry. Its component is a plain element the page mounts
+ * itself into, built with the console's shared React (the `react` import),
+ * so nothing of React is bundled. Without that React, or without a pages
+ * registrar, it logs why and throws rather than registering nothing quietly.
  */
-export default function setup(host: ConsoleHost): void | (() => void) {
-  const React = (globalThis as { __III_CONSOLE__?: { React?: ReactLike } }).__III_CONSOLE__?.React;
-  if (!host?.pages || !React) return;
-  const render = () => {
+export default async function setup(host: Host): Promise<() => void> {
+  const React = await sharedReact("page.js");
+  if (typeof host?.pages?.register !== "function") {
+    const text = `[${UI_NAME}] page.js: this console's host has no pages.register; the runtimes page is not registered.`;
+    console.error(text);
+    throw new Error(text);
+  }
+  const RuntimesPage = () => {
     const ref = React.useRef<Element | null>(null);
     React.useEffect(() => (ref.current ? mountPage(ref.current, host.iii) : undefined), []);
     return React.createElement("div", { ref, [UI_ATTR]: UI_NAME });
   };
-  return host.pages.register({ id: PAGE_ID, title: "Sandbox runtimes", render });
+  return host.pages.register({ id: PAGE_ID, title: "Sandbox runtimes", configurationId: CONFIGURATION_ID, render: RuntimesPage });
 }

@@ -1,3 +1,9 @@
+/**
+ * The UI fixtures (fixtures/ui/*.json: calls recorded through the hermetic
+ * bench, and a few written by hand) and what the tests derive from them:
+ * the console message of a call, in its chat or its trace shape, and the
+ * leak checks (no full runtime id, no secret of the call).
+ */
 import { readFileSync, readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,6 +16,44 @@ export interface Fixture {
   input?: unknown;
   output?: unknown;
   error?: unknown;
+}
+
+/**
+ * How a console carries a call (see src/message.ts): `chat` wraps an answer
+ * in the harness envelope and an error as `{error: {kind, message}}`;
+ * `trace` carries the bare answer and an error as the exception string.
+ */
+export type MessageShape = "chat" | "trace";
+
+export interface Message {
+  id: string;
+  role: "function-trigger";
+  functionId: string;
+  input: unknown;
+  output?: unknown;
+  durationMs?: number;
+  running?: boolean;
+  createdAt: number;
+}
+
+function errorText(error: unknown): string {
+  if (typeof error === "string") return error;
+  const o = (error ?? {}) as { message?: unknown };
+  return typeof o.message === "string" ? o.message : JSON.stringify(error);
+}
+
+/** The console message of fixture `f`: in flight when it has neither output nor error. */
+export function toMessage(f: Fixture, shape: MessageShape = "chat"): Message {
+  const base: Message = { id: `${f.name}-${shape}`, role: "function-trigger", functionId: f.function_id, input: f.input, createdAt: Date.UTC(2026, 11, 1, 12) };
+  const duration = (f.output as { duration_ms?: unknown } | undefined)?.duration_ms;
+  const durationMs = typeof duration === "number" ? duration + 4 : 12;
+  if (f.error !== undefined) {
+    const output = shape === "chat" ? { error: { kind: "function_error", message: errorText(f.error) } } : { error: `Error: ${errorText(f.error)}` };
+    return { ...base, output, durationMs };
+  }
+  if (f.output === undefined) return { ...base, running: true };
+  const output = shape === "chat" ? { content: [{ type: "text", text: JSON.stringify(f.output) }], details: f.output } : f.output;
+  return { ...base, output, durationMs };
 }
 
 // A string, not a URL object: DOM environments replace the global URL.

@@ -1,3 +1,8 @@
+/**
+ * The tokenizer (src/highlight.ts): it never loses a character, colours what
+ * each language calls keywords, strings, numbers and comments, tells whether
+ * a source defines `handler`, and guesses a language.
+ */
 import { describe, expect, it } from "vitest";
 import { definesHandler, guessLang, toLines, tokenize } from "../src/highlight";
 import { loadFixtures } from "./fixtures";

@@ -1,3 +1,8 @@
+/**
+ * runtime_id redaction (src/redact.ts): redactRaw is total, leak-free, pure,
+ * deterministic, bounded and idempotent on generated values and on hostile
+ * ones; text redaction shortens every id and only ids, even across a cut.
+ */
 import { describe, expect, it } from "vitest";
 import { DEFAULT_LIMITS, makeRedactor, redactClipped, redactRaw, redactText, shortId, type JsonValue } from "../src/redact";
 
