@@ -29,7 +29,7 @@ use crate::guest_access::SCOPE_KEY;
 use crate::tenancy::Lineage;
 
 /// The trigger type subscribers bind to.
-pub const TRIGGER_TYPE: &str = "sandbox-code-runner::event";
+pub use crate::function_ids::EVENT_TRIGGER_TYPE as TRIGGER_TYPE;
 
 /// How long one subscriber call may take before the next event goes out.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -35,17 +35,11 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::error::WorkerError;
+use crate::function_ids as ids;
 use crate::ids::OWN_NAMESPACE;
 use crate::tenancy::{Guest, Lineage};
 
-/// The listener's `auth_function_id`.
-pub const GUEST_AUTH: &str = "sandbox-code-runner::guest-auth";
-/// The listener's `on_function_registration_function_id`.
-pub const GUEST_REGISTER: &str = "sandbox-code-runner::guest-register";
-/// The listener's `middleware_function_id`: every guest call passes it.
-pub const GUEST_MIDDLEWARE: &str = "sandbox-code-runner::guest-middleware";
-/// The listener's `on_trigger_registration_function_id`.
-pub const GUEST_TRIGGER: &str = "sandbox-code-runner::guest-trigger";
+pub use crate::function_ids::{GUEST_AUTH, GUEST_MIDDLEWARE, GUEST_REGISTER, GUEST_TRIGGER};
 
 /// The config key of a lifecycle subscription that the trigger hook scopes
 /// to one lineage. Whatever a guest writes there is overwritten.
@@ -85,11 +79,11 @@ pub const INTERNAL_FUNCTIONS: &[&str] = &[
     GUEST_REGISTER,
     GUEST_MIDDLEWARE,
     GUEST_TRIGGER,
-    crate::functions::LIST_RUNTIMES,
-    crate::functions::STATS,
-    crate::functions::UI_CONTENT,
-    crate::settings::GUIDANCE_FN,
-    crate::settings::ON_CHANGE_FN,
+    ids::LIST_RUNTIMES,
+    ids::STATS,
+    ids::UI_CONTENT,
+    ids::GUIDANCE_FN,
+    ids::ON_CHANGE_FN,
 ];
 
 /// Namespaces no guest may register in.
@@ -289,7 +283,7 @@ impl GuestTokens {
         if RESERVED_NAMESPACES.contains(&target_ns) {
             return Err(GuestRefusal::Reserved(target_ns.to_string()));
         }
-        if input.get("trigger_type").and_then(Value::as_str) != Some(crate::events::TRIGGER_TYPE) {
+        if input.get("trigger_type").and_then(Value::as_str) != Some(ids::EVENT_TRIGGER_TYPE) {
             return Ok(json!({}));
         }
         let guest = GuestTokens::guest_of(input.get("context"))?;
@@ -452,14 +446,14 @@ mod tests {
             }))
         };
         let forged = hook(
-            crate::events::TRIGGER_TYPE,
+            ids::EVENT_TRIGGER_TYPE,
             json!({"events": ["runtime.created"], SCOPE_KEY: "ln-someone-else"}),
         )
         .unwrap();
         assert_eq!(forged["config"][SCOPE_KEY], l.as_str());
         assert_eq!(forged["config"]["events"], json!(["runtime.created"]));
         assert_eq!(
-            hook(crate::events::TRIGGER_TYPE, Value::Null).unwrap()["config"][SCOPE_KEY],
+            hook(ids::EVENT_TRIGGER_TYPE, Value::Null).unwrap()["config"][SCOPE_KEY],
             l.as_str()
         );
         assert_eq!(
@@ -475,7 +469,7 @@ mod tests {
             Err(GuestRefusal::Reserved(_))
         ));
         assert!(tokens
-            .admit_trigger(&json!({"trigger_type": crate::events::TRIGGER_TYPE, "context": {}}))
+            .admit_trigger(&json!({"trigger_type": ids::EVENT_TRIGGER_TYPE, "context": {}}))
             .is_err());
     }
 }

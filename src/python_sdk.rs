@@ -25,8 +25,9 @@ use sha2::{Digest as _, Sha256};
 
 use crate::error::redact_uuids;
 use crate::guest;
+use crate::metering::charge_install;
 use crate::runtime::Manager;
-use crate::sandbox::{charge_install, ExecOutput, ExecParams, SandboxError};
+use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 /// Archives kept at once (one per interpreter key; the oldest goes first).
 pub(crate) const MAX_ARCHIVES: usize = 2;

@@ -15,11 +15,11 @@ use crate::error::WorkerError;
 /// The configuration entry id.
 pub(crate) const ENTRY_ID: &str = "sandbox-code-runner";
 /// Internal: appends the guidance to an agent's system prompt.
-pub const GUIDANCE_FN: &str = "sandbox-code-runner::inject-guidance";
+pub use crate::function_ids::GUIDANCE_FN;
 /// Internal: receives configuration change events.
-pub(crate) const ON_CHANGE_FN: &str = "sandbox-code-runner::on-config-change";
+pub(crate) use crate::function_ids::ON_CHANGE_FN;
 /// The harness hook the guidance function is bound to.
-pub(crate) const HOOK_TRIGGER: &str = "harness::hook::pre-generate";
+pub(crate) use crate::function_ids::PRE_GENERATE_HOOK as HOOK_TRIGGER;
 
 /// The worker's live settings, as stored by the configuration worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

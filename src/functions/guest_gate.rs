@@ -23,8 +23,8 @@ use super::{encode, register, run, teardown, REGISTER_FUNCTION, RUN, TEARDOWN};
 use crate::bus::{Bus, FunctionSpec, Handler, Routing};
 use crate::error::WorkerError;
 use crate::guest_access::{GuestTokens, GUEST_MIDDLEWARE};
+use crate::metering::metered;
 use crate::runtime::Manager;
-use crate::sandbox::metered;
 use crate::tenancy::Caller;
 
 /// What the engine hands its listener's middleware.

@@ -5,15 +5,36 @@ use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
-use crate::bus::Handler;
+use crate::bus::{FunctionSpec, Handler};
 use crate::error::WorkerError;
+use crate::ids::Lang;
+use crate::metering::metered;
 use crate::runtime::Manager;
-use crate::sandbox::metered;
 use crate::wire::HandlerPayload;
 
-/// The handler of `function_id`. It holds the manager weakly: a published
-/// function does not keep a shut-down worker alive.
-pub(crate) fn handler(manager: Weak<Manager>, function_id: String) -> Handler {
+/// The spec and handler of a published tenant function `function_id`. The
+/// handler holds the manager weakly: a published function does not keep a
+/// shut-down worker alive.
+pub(crate) fn edge(
+    manager: Weak<Manager>,
+    function_id: &str,
+    lang: Lang,
+    description: Option<String>,
+) -> (FunctionSpec, Handler) {
+    let spec = FunctionSpec {
+        id: function_id.to_string(),
+        description,
+        request_format: None,
+        response_format: None,
+        metadata: Some(serde_json::json!({
+            "worker": "sandbox-code-runner",
+            "lang": lang.as_str(),
+        })),
+    };
+    (spec, handler(manager, function_id.to_string()))
+}
+
+fn handler(manager: Weak<Manager>, function_id: String) -> Handler {
     Arc::new(move |payload: Value| {
         let manager = manager.clone();
         let function_id = function_id.clone();

@@ -17,22 +17,11 @@ use serde_json::Value;
 
 use crate::bus::{Bus, FunctionSpec, Handler};
 use crate::error::WorkerError;
+use crate::metering::{metered, OpTotals};
 use crate::runtime::Manager;
-use crate::sandbox::{metered, OpTotals};
 use crate::tenancy::Caller;
 
-pub const RUN: &str = "sandbox-code-runner::run";
-pub(crate) const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
-pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
-/// The operator's inventory of live runtimes (no capability in it).
-pub const LIST_RUNTIMES: &str = "sandbox-code-runner::list_runtimes";
-/// Internal: serves the console cards for the `console:script` and
-/// `console:style` triggers.
-pub(crate) const UI_CONTENT: &str = "sandbox-code-runner::ui-content";
-
-/// Internal: what each kind of operation cost on the daemon, for benches
-/// and operators.
-pub const STATS: &str = "sandbox-code-runner::stats";
+pub use crate::function_ids::{LIST_RUNTIMES, REGISTER_FUNCTION, RUN, STATS, TEARDOWN, UI_CONTENT};
 
 fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
     serde_json::to_value(v)

@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
 use crate::ids::FunctionId;
-use crate::runtime::{Manager, MAX_DESCRIPTION_BYTES, MAX_SOURCE_BYTES};
+use crate::runtime::{Handler, Manager, MAX_DESCRIPTION_BYTES, MAX_SOURCE_BYTES};
 use crate::tenancy::Caller;
 use crate::wire::{decode, schema_of, RegisterRequest, RegisterResponse};
 
@@ -48,7 +48,12 @@ pub async fn handle(
             "is longer than 4096 bytes",
         ));
     }
-    m.register_as(caller, fid, req.lang, &req.source, req.description)
+    let handler = Handler {
+        lang: req.lang,
+        source: req.source,
+        description: req.description,
+    };
+    m.register_as(caller, fid, handler, super::handler_call::edge)
         .await?;
     Ok(RegisterResponse {
         function_id: req.function_id,

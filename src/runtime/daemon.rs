@@ -1,13 +1,9 @@
 //! The manager's calls on the daemon: every `sandbox::*` call goes through
-//! here, so each is charged to the current operation ([`Stats`]), and every
+//! here, so each is charged to the current operation (`crate::metering`), and every
 //! VM it creates is in the transient ledger until a record takes it.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
-
-use serde_json::Value;
 
 use super::records::Runtime;
 use super::{lock, Manager};
@@ -15,49 +11,8 @@ use crate::config::OneshotStop;
 use crate::error::redact_uuids;
 use crate::guest_access::{TokenLease, TOKEN_ENV};
 use crate::ids::Lang;
-use crate::sandbox::{
-    charge, charge_wait, CreateParams, ExecOutput, ExecParams, OpTotals, SandboxError,
-};
-
-/// Per-operation cost totals: what each kind of operation spent on the daemon.
-#[derive(Default)]
-pub struct Stats {
-    pub run: Arc<OpTotals>,
-    pub register_function: Arc<OpTotals>,
-    pub teardown: Arc<OpTotals>,
-    pub handler_call: Arc<OpTotals>,
-    /// Warm-pool refills, which no caller waits for.
-    pub pool: Arc<OpTotals>,
-    /// `list_runtimes`: one `sandbox::list` each.
-    pub inventory: Arc<OpTotals>,
-}
-
-impl Stats {
-    /// `{op: {ops, sandbox_calls, bytes_planted}}`.
-    pub fn to_json(&self) -> Value {
-        let one = |t: &OpTotals| {
-            let (ops, calls, bytes) = t.snapshot();
-            serde_json::json!({
-                "ops": ops,
-                "sandbox_calls": calls,
-                "bytes_planted": bytes,
-                "worker_added_us_mean": (t.added_us_mean() * 10.0).round() / 10.0,
-                "total_ns": t.total_nanos.load(Ordering::Relaxed),
-                "sandbox_ns": t.sandbox_nanos.load(Ordering::Relaxed),
-                "sdk_pip_installs": t.sdk_pip_installs.load(Ordering::Relaxed),
-                "sdk_install_ns": t.sdk_install_nanos.load(Ordering::Relaxed),
-            })
-        };
-        serde_json::json!({
-            "run": one(&self.run),
-            "register_function": one(&self.register_function),
-            "teardown": one(&self.teardown),
-            "handler_call": one(&self.handler_call),
-            "pool": one(&self.pool),
-            "inventory": one(&self.inventory),
-        })
-    }
-}
+use crate::metering::{charge, charge_wait};
+use crate::sandbox::{CreateParams, ExecOutput, ExecParams, SandboxError};
 
 impl Manager {
     /// `p` with the guest's token in its env, when it has one.

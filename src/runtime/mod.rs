@@ -42,8 +42,9 @@ mod shutdown;
 mod teardown;
 mod warm;
 
-pub use daemon::Stats;
+pub use crate::stats::Stats;
 pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry};
+pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;
 pub use shutdown::ShutdownReport;
 

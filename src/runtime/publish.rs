@@ -3,7 +3,7 @@
 //! publishing it on the bus.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
@@ -43,36 +43,46 @@ fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), W
     Ok(())
 }
 
-impl Manager {
-    /// Publishes a handler for a caller on the main listener. Validation
-    /// runs inside the namespace runtime before the id is published.
-    pub async fn register(
-        &self,
-        fid: FunctionId,
-        lang: Lang,
-        source: &str,
-        description: Option<String>,
-    ) -> Result<(), WorkerError> {
-        self.register_as(&Caller::Trusted, fid, lang, source, description)
-            .await
-    }
+/// What a registration publishes: a handler's language, source and
+/// description, validated at the edge.
+pub struct Handler {
+    pub lang: Lang,
+    pub source: String,
+    pub description: Option<String>,
+}
 
-    /// [`Manager::register`] for `caller`: a guest registers only into a
-    /// fresh namespace (which its lineage then owns) or one it owns.
+/// Builds what the bus serves for one published function (its spec and
+/// handler, for an id, its language and description): the edge's code
+/// (`functions::handler_call`), handed in so the manager never names the
+/// edge nor builds bus JSON.
+pub type HandlerEdge =
+    fn(Weak<Manager>, &str, Lang, Option<String>) -> (FunctionSpec, crate::bus::Handler);
+
+impl Manager {
+    /// Publishes a handler for `caller`, served on the bus by what `edge`
+    /// builds (the edge owns decoding a call's JSON; the manager does not).
+    /// Validation runs inside the namespace runtime before the id is
+    /// published. A guest registers only into a fresh namespace (which its
+    /// lineage then owns) or one it owns.
     pub async fn register_as(
         &self,
         caller: &Caller,
         fid: FunctionId,
-        lang: Lang,
-        source: &str,
-        description: Option<String>,
+        handler: Handler,
+        edge: HandlerEdge,
     ) -> Result<(), WorkerError> {
+        let Handler {
+            lang,
+            source,
+            description,
+        } = handler;
+        let source = source.as_str();
         let id = fid.as_str().to_string();
         if !lock(&self.state).reserve(&id) {
             return Err(WorkerError::invalid("function_id", "is already registered"));
         }
         let result = self
-            .register_reserved(caller, &fid, lang, source, description)
+            .register_reserved(caller, &fid, lang, source, description, edge)
             .await;
         lock(&self.state).unreserve(&id);
         result
@@ -85,6 +95,7 @@ impl Manager {
         lang: Lang,
         source: &str,
         description: Option<String>,
+        edge: HandlerEdge,
     ) -> Result<(), WorkerError> {
         let id = fid.as_str();
         self.check_namespace_owner(caller, fid.namespace())?;
@@ -110,7 +121,7 @@ impl Manager {
                 .namespace_runtime(caller, fid.namespace(), lang)
                 .await?;
             match self
-                .install_handler(&rt, fid, source, description.clone())
+                .install_handler(&rt, fid, source, description.clone(), edge)
                 .await
             {
                 Err(InstallError::Gone) if attempt == 0 => {
@@ -202,6 +213,7 @@ impl Manager {
         fid: &FunctionId,
         source: &str,
         description: Option<String>,
+        edge: HandlerEdge,
     ) -> Result<(), InstallError> {
         if lock(&rt.functions).len() >= MAX_FUNCTIONS_PER_RUNTIME {
             return Err(InstallError::Worker(WorkerError::invalid(
@@ -277,20 +289,8 @@ impl Manager {
         let id = fid.as_str().to_string();
         lock(&rt.functions).insert(id.clone(), path);
         lock(&self.state).serve(&id, rt);
-        let handler = crate::functions::handler_call::handler(self.me.clone(), id.clone());
-        self.bus.publish(
-            FunctionSpec {
-                id,
-                description,
-                request_format: None,
-                response_format: None,
-                metadata: Some(serde_json::json!({
-                    "worker": "sandbox-code-runner",
-                    "lang": rt.lang.as_str(),
-                })),
-            },
-            handler,
-        );
+        let (spec, handler) = edge(self.me.clone(), &id, rt.lang, description);
+        self.bus.publish(spec, handler);
         tracing::info!(function_id = fid.as_str(), lang = %rt.lang, "published a handler");
         self.lifecycle(EventKind::FunctionRegistered, rt, Some(fid.as_str()));
         Ok(())

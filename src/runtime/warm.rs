@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::{lock, Manager};
 use crate::error::redact_uuids;
 use crate::ids::Lang;
+use crate::metering::charged;
 use crate::pool::PooledVm;
-use crate::sandbox::{charged, ExecParams, SandboxError};
+use crate::sandbox::{ExecParams, SandboxError};
 
 /// A VM handed to one tenant. Dropping it tops the pool up: after the
 /// caller's first exec, so that exec does not compete with the boot of its
