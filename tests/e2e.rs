@@ -303,7 +303,8 @@ async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
 async fn console_assets_are_served_and_bound() {
     let h = Harness::start("").await;
     for (path, content_type, mark) in [
-        ("cards.js", "text/javascript", "SandboxCodeRunnerUI"),
+        // The cards register through the console's function-trigger registrar.
+        ("cards.js", "text/javascript", "functionTriggers"),
         ("cards.css", "text/css", ""),
     ] {
         let asset = h
