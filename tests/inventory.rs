@@ -94,7 +94,7 @@ async fn executions_and_last_use_are_counted_and_gone_vms_show() {
     let inv = m.inventory().await;
     let r = &inv.runtimes[0];
     assert_eq!(r.executions, 3, "the creating run and two reuses");
-    assert_eq!(r.kind, "kept");
+    assert_eq!(r.kind, sandbox_code_runner::runtime::RuntimeKind::Kept);
     assert_eq!(r.idle_ttl_secs, 60);
     assert_eq!(r.reap_at_ms, r.last_used_at_ms + 60_000);
     assert!(r.last_used_at_ms >= r.created_at_ms);

@@ -59,13 +59,23 @@ pub enum Liveness {
     Unknown,
 }
 
+/// What kind of runtime an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    /// A `run` with keep: true.
+    Kept,
+    /// A `register_function` namespace's.
+    Namespace,
+}
+
 /// One inventory entry. No runtime id, no sandbox id.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RuntimeEntry {
     /// Random per record; the runtime id cannot be derived from it.
     pub handle: String,
     /// `kept` (a `run` with keep: true) or `namespace` (register_function).
-    pub kind: &'static str,
+    pub kind: RuntimeKind,
     pub lang: Lang,
     /// Namespace runtimes only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,9 +124,9 @@ impl Manager {
         RuntimeEntry {
             handle: m.handle.clone(),
             kind: if rt.namespace.is_some() {
-                "namespace"
+                RuntimeKind::Namespace
             } else {
-                "kept"
+                RuntimeKind::Kept
             },
             lang: rt.lang,
             namespace: rt.namespace.as_ref().map(|n| n.canonical()),

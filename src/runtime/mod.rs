@@ -43,7 +43,7 @@ mod teardown;
 mod warm;
 
 pub use crate::stats::Stats;
-pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry};
+pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry, RuntimeKind};
 pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;
 pub use shutdown::ShutdownReport;
