@@ -212,3 +212,38 @@ fn every_module_states_its_job_and_stays_under_600_lines(#[case] dir: &str) {
         assert!(lines <= 600, "{dir}/{file} has {lines} lines");
     }
 }
+
+/// The console UI keeps the same rule: each source opens with a comment
+/// stating its job and stays under 600 lines (tests included).
+#[rstest::rstest]
+#[case::sources("ui/src")]
+#[case::styles("ui/src/styles")]
+#[case::host_stand_in("ui/harness/host")]
+#[case::browser_tests("ui/browser")]
+#[case::unit_tests("ui/test")]
+fn every_ui_module_states_its_job_and_stays_under_600_lines(#[case] dir: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut seen = 0;
+    for e in std::fs::read_dir(&root).expect("the UI tree is readable") {
+        let p = e.expect("a directory entry").path();
+        let ext = p.extension().and_then(|x| x.to_str()).unwrap_or_default();
+        if !["ts", "css"].contains(&ext) || p.to_string_lossy().ends_with(".d.ts") {
+            continue;
+        }
+        seen += 1;
+        let text = std::fs::read_to_string(&p).unwrap();
+        let name = p.strip_prefix(&root).unwrap().display().to_string();
+        // Vitest reads an environment pragma on the first line.
+        let body = match text.strip_prefix("// @vitest-environment") {
+            Some(rest) => rest.split_once('\n').map_or("", |(_, b)| b),
+            None => &text,
+        };
+        assert!(
+            body.starts_with("/*"),
+            "{dir}/{name} opens with a comment stating its job"
+        );
+        let lines = text.lines().count();
+        assert!(lines <= 600, "{dir}/{name} has {lines} lines");
+    }
+    assert!(seen > 0, "found the sources under {dir}");
+}

@@ -11,7 +11,8 @@ import { toLines, tokenize, type Lang } from "./highlight";
 
 /** Mount point attribute: every CSS rule is scoped under it. */
 export const UI_ATTR = "data-iii-ui";
-export const UI_NAME = "sandbox-code-runner";
+export { UI_NAME } from "./ids";
+import { UI_NAME } from "./ids";
 
 /** One call as a card reads it (see `message.ts` for how a console message becomes one). */
 export interface Invocation {
