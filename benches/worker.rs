@@ -6,7 +6,9 @@
 //! (N parallel one-shots), and (issue 11, `support::scaling`)
 //! `python_iii_cold` (the python SDK in a fresh VM), `scaling` (1–64
 //! parallel one-shots vs direct runs), 64 callers on one handler, and the
-//! worker's memory per kept runtime. Against the hermetic bench in its VM-like profile
+//! worker's memory per kept runtime; (issue 18, `support::guest_middleware`)
+//! `guest_middleware`, a guest's `iii.trigger` with and without the guest
+//! listener's middleware. Against the hermetic bench in its VM-like profile
 //! by default; against a live engine with SANDBOX_CODE_RUNNER_BENCH_ENGINE.
 //!
 //! `cargo bench --bench worker` (summary: target/bench-summary-worker.json)
@@ -332,6 +334,10 @@ fn main() {
     }
     if group_enabled("overhead_profile") {
         scaling::overhead_profile(&rt, &target, &client);
+    }
+    // ---- issue 18: a guest's iii.trigger with and without the middleware ----
+    if group_enabled("guest_middleware") {
+        guest_middleware::guest_middleware(&rt, &target);
     }
     for mode in ["oneshot", "keep", "oneshot_no_pool", "keep_no_pool"] {
         let m = |v: &str| {

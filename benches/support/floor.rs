@@ -116,7 +116,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(v: &[f64]) -> Spread {
+    pub(crate) fn of(v: &[f64]) -> Spread {
         Spread {
             p50: p50(v.to_vec()),
             ci: bootstrap_p50(v),
@@ -126,6 +126,11 @@ impl Spread {
     pub fn json(&self) -> Value {
         json!({"p50_ms": self.p50, "ci95_ms": [self.ci.0, self.ci.1]})
     }
+}
+
+/// The paired differences a − b, round by round.
+fn diff(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x - y).collect()
 }
 
 /// Three overheads from one set of rounds: the worker's over the direct
@@ -140,7 +145,6 @@ pub struct Overheads {
 
 impl Overheads {
     fn of(worker: &[f64], floor: &[f64], direct: &[f64]) -> Overheads {
-        let diff = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x - y).collect::<Vec<_>>();
         Overheads {
             worker: Spread::of(&diff(worker, direct)),
             floor: Spread::of(&diff(floor, direct)),
@@ -256,4 +260,78 @@ pub async fn paired_with_floor<A, FA, F, FF, B, FB>(
             daemon_excluded,
         },
     );
+}
+
+/// One variant of a call against another, alternated round by round (`with`
+/// then `without`, then the other way round): each side's p50 and the p50 of
+/// the paired with − without differences with its 95% bootstrap interval,
+/// in ms. For an extra hop that has no floor or direct call beside it (the
+/// guest middleware's, `support::guest_middleware`).
+#[derive(Clone)]
+pub struct PairedDiff {
+    /// What one value of a side is.
+    pub measures: String,
+    pub with_p50: f64,
+    pub without_p50: f64,
+    pub difference: Spread,
+    pub rounds: usize,
+}
+
+impl PairedDiff {
+    /// Its line in the bench's output.
+    pub fn line(&self, id: &str) -> String {
+        let d = &self.difference;
+        format!(
+            "{id}: over {} rounds: with {:.3} ms, without {:.3} ms, added (paired p50) {:.3} ms ({:.3}..{:.3})",
+            self.rounds, self.with_p50, self.without_p50, d.p50, d.ci.0, d.ci.1
+        )
+    }
+
+    /// Its entry under the summary's `paired_overhead`.
+    pub fn json(&self) -> Value {
+        let d = &self.difference;
+        json!({"measures": self.measures, "rounds": self.rounds,
+               "with_p50_ms": self.with_p50, "without_p50_ms": self.without_p50,
+               "overhead_p50_ms": d.p50, "overhead_p50_ci95_ms": [d.ci.0, d.ci.1]})
+    }
+}
+
+/// Two-sided paired figures by id, for the summary (beside [`PAIRED`]).
+pub static PAIRED_DIFFS: Mutex<std::collections::BTreeMap<String, PairedDiff>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// Alternates `with` and `without` `n` times, in both orders in turn, each
+/// giving the value it measured itself (ms), and records the [`PairedDiff`]
+/// under `id`.
+pub async fn paired_diff<A, FA, B, FB>(
+    id: &str,
+    measures: &str,
+    n: usize,
+    mut with: A,
+    mut without: B,
+) where
+    A: FnMut() -> FA,
+    FA: std::future::Future<Output = f64>,
+    B: FnMut() -> FB,
+    FB: std::future::Future<Output = f64>,
+{
+    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        if i % 2 == 0 {
+            a.push(with().await);
+            b.push(without().await);
+        } else {
+            b.push(without().await);
+            a.push(with().await);
+        }
+    }
+    let figure = PairedDiff {
+        measures: measures.to_string(),
+        difference: Spread::of(&diff(&a, &b)),
+        with_p50: p50(a),
+        without_p50: p50(b),
+        rounds: n,
+    };
+    eprintln!("{}", figure.line(id));
+    PAIRED_DIFFS.lock().unwrap().insert(id.to_string(), figure);
 }

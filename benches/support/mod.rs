@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod floor;
+pub mod guest_middleware;
 pub mod scaling;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,18 @@ pub fn vm_like() -> SandboxLimits {
         // and their direct baselines, and warm pools.
         max_concurrent_sandboxes: 1200,
         ..SandboxLimits::default()
+    }
+}
+
+/// The hermetic bench: the stand-in engine on any port and the daemon
+/// double in its VM-like profile.
+pub fn hermetic_options() -> StackOptions {
+    StackOptions {
+        port: 0,
+        engine: None,
+        limits: vm_like(),
+        configuration_dir: None,
+        without_sandbox: false,
     }
 }
 
@@ -72,15 +85,9 @@ impl Target {
                      iii-sandbox on a host whose KVM boots guests) to run them; running against the \
                      hermetic bench in its VM-like profile (boot 300 ms, stop grace 200 ms)"
                 );
-                let bench = Stack::start(StackOptions {
-                    port: 0,
-                    engine: None,
-                    limits: vm_like(),
-                    configuration_dir: None,
-                    without_sandbox: false,
-                })
-                .await
-                .expect("hermetic bench starts");
+                let bench = Stack::start(hermetic_options())
+                    .await
+                    .expect("hermetic bench starts");
                 let _ = GUEST_URL.set(bench.guest_url());
                 Target::Hermetic(Box::new(bench))
             }
@@ -136,6 +143,19 @@ impl Worker {
         config: &str,
         env: &[(&str, &str)],
     ) -> Worker {
+        let guest_url = GUEST_URL.get().cloned().flatten();
+        Worker::spawn_on(url, guest_url, client, config, env).await
+    }
+
+    /// A worker on the engine at `url` whose guests use `guest_url` (a
+    /// stack of the bench's own, not the target's).
+    pub async fn spawn_on(
+        url: &str,
+        guest_url: Option<String>,
+        client: &IIIClient,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Worker {
         let mut vars = vec![("RUST_LOG", "warn")];
         vars.extend_from_slice(env);
         let process = WorkerProcess::spawn_with_env(
@@ -143,7 +163,7 @@ impl Worker {
             url,
             UrlVia::Flag,
             Some(config),
-            GUEST_URL.get().cloned().flatten(),
+            guest_url,
             &vars,
         )
         .expect("worker starts");
@@ -456,7 +476,7 @@ pub fn write_summary(
             ratio_out.push(json!({"name": label, "numerator": num, "denominator": den, "ratio": r, "limit": limit}));
         }
     }
-    let paired: serde_json::Map<String, Value> = floor::PAIRED
+    let mut paired: serde_json::Map<String, Value> = floor::PAIRED
         .lock()
         .unwrap()
         .iter()
@@ -484,6 +504,10 @@ pub fn write_summary(
             (k.clone(), entry)
         })
         .collect();
+    for (k, f) in floor::PAIRED_DIFFS.lock().unwrap().iter() {
+        eprintln!("{}", f.line(k));
+        paired.insert(k.clone(), f.json());
+    }
     let bounded: serde_json::Map<String, Value> = BOUNDED
         .lock()
         .unwrap()

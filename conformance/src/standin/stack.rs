@@ -114,9 +114,11 @@ pub(crate) struct StackParts {
     pub(crate) configuration: Option<ConfigDouble>,
 }
 
-/// Where the stand-in's listeners go.
+/// Where the stand-in's listeners go. Public for the worker's benches,
+/// which start stacks with and without the guest middleware side by side
+/// ([`ListenerLayout::guarded`], [`Stack::start_with_layout`]).
 #[derive(Debug, Clone)]
-pub(crate) struct ListenerLayout {
+pub struct ListenerLayout {
     /// The main listener's host (its port is `StackOptions::port`).
     pub(crate) main_host: std::net::Ipv4Addr,
     /// The RBAC guest listener on 127.0.0.1, if any.
@@ -141,7 +143,7 @@ impl ListenerLayout {
     /// gated by `prefix`'s auth function (and, with `tenancy`, its
     /// middleware and trigger hook): the layout
     /// `sandbox-code-runner guest-listener-config` recommends.
-    pub(crate) fn guarded(prefix: &str, guest_port: u16, tenancy: bool) -> ListenerLayout {
+    pub fn guarded(prefix: &str, guest_port: u16, tenancy: bool) -> ListenerLayout {
         ListenerLayout {
             main_host: MAIN_HOST,
             guest: Some(GuestGate {
@@ -176,8 +178,9 @@ impl Stack {
         Stack::start_with_layout(options, ListenerLayout::default()).await
     }
 
-    /// Starts with the stand-in's listeners where `layout` says.
-    pub(crate) async fn start_with_layout(
+    /// Starts with the stand-in's listeners where `layout` says (public for
+    /// the worker's benches, which choose the guest listener's tenancy).
+    pub async fn start_with_layout(
         options: StackOptions,
         layout: ListenerLayout,
     ) -> Result<Stack, StackError> {
