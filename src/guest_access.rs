@@ -86,6 +86,15 @@ pub const INTERNAL_FUNCTIONS: &[&str] = &[
     ids::ON_CHANGE_FN,
 ];
 
+/// The engine's own functions that act outside a guest's connection and
+/// skip the listener's middleware and hooks: `engine::register_trigger`
+/// makes a durable binding the trigger hook never sees (an unscoped
+/// lifecycle subscription that outlives the guest), and
+/// `engine::unregister_trigger` removes anyone's binding by id. A guest's
+/// SDK binds through its connection, which the hook scopes.
+pub(crate) const ENGINE_BYPASSES: &[&str] =
+    &["engine::register_trigger", "engine::unregister_trigger"];
+
 /// Namespaces no guest may register in.
 const RESERVED_NAMESPACES: &[&str] = &["sandbox", OWN_NAMESPACE];
 
@@ -239,6 +248,7 @@ impl GuestTokens {
         let forbidden: Vec<&str> = SANDBOX_CONTRACT
             .iter()
             .chain(INTERNAL_FUNCTIONS)
+            .chain(ENGINE_BYPASSES)
             .copied()
             .collect();
         Ok(json!({
@@ -339,7 +349,11 @@ mod tests {
         let lease = tokens.mint(None, &Lineage::fresh(), 0);
         let policy = tokens.authenticate(&input(lease.expose())).unwrap();
         let forbidden = policy["forbidden_functions"].as_array().unwrap();
-        for f in SANDBOX_CONTRACT.iter().chain(INTERNAL_FUNCTIONS) {
+        for f in SANDBOX_CONTRACT
+            .iter()
+            .chain(INTERNAL_FUNCTIONS)
+            .chain(ENGINE_BYPASSES)
+        {
             assert!(forbidden.contains(&json!(f)), "{f} not forbidden");
         }
         for public in [
