@@ -113,6 +113,11 @@ pub enum TenantRefusal {
     Concurrency { limit: usize },
     #[error("guest runs nest at most {limit} deep (guest_max_run_depth)")]
     Depth { limit: u32 },
+    #[error(
+        "this tenant already has {limit} calls waiting on sandbox-code-runner's handlers \
+         (guest_max_concurrent_runs); each runtime runs one call at a time"
+    )]
+    Calls { limit: usize },
 }
 
 impl From<TenantRefusal> for WorkerError {
@@ -125,6 +130,10 @@ impl From<TenantRefusal> for WorkerError {
 pub struct Tenants {
     limits: TenantLimits,
     held: Mutex<HashMap<Lineage, usize>>,
+    /// Guest calls in flight to this worker's published handlers, per
+    /// lineage: each namespace runtime serves one call at a time, so one
+    /// tenant queueing many would stall another's calls behind them.
+    calls: Mutex<HashMap<Lineage, usize>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,6 +146,29 @@ pub struct RunPermit {
     tenants: Arc<Tenants>,
 }
 
+/// One guest call in flight to a published handler; returned when dropped.
+pub struct CallPermit {
+    lineage: Lineage,
+    tenants: Arc<Tenants>,
+}
+
+impl Drop for CallPermit {
+    fn drop(&mut self) {
+        release(&self.tenants.calls, &self.lineage);
+    }
+}
+
+/// Gives one slot of `lineage` back in `map`.
+fn release(map: &Mutex<HashMap<Lineage, usize>>, lineage: &Lineage) {
+    let mut held = lock(map);
+    if let Some(n) = held.get_mut(lineage) {
+        *n -= 1;
+        if *n == 0 {
+            held.remove(lineage);
+        }
+    }
+}
+
 impl std::fmt::Debug for RunPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RunPermit")
@@ -145,13 +177,7 @@ impl std::fmt::Debug for RunPermit {
 
 impl Drop for RunPermit {
     fn drop(&mut self) {
-        let mut held = lock(&self.tenants.held);
-        if let Some(n) = held.get_mut(&self.lineage) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.lineage);
-            }
-        }
+        release(&self.tenants.held, &self.lineage);
     }
 }
 
@@ -160,6 +186,7 @@ impl Tenants {
         Arc::new(Tenants {
             limits,
             held: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::new()),
         })
     }
 
@@ -200,6 +227,23 @@ impl Tenants {
                 lineage: g.lineage.clone(),
                 tenants: self.clone(),
             }),
+        })
+    }
+
+    /// Admits one more call of `guest` to a published handler, within the
+    /// same bound as its VMs.
+    pub fn admit_call(self: &Arc<Self>, guest: &Guest) -> Result<CallPermit, TenantRefusal> {
+        let mut calls = lock(&self.calls);
+        let n = calls.entry(guest.lineage.clone()).or_default();
+        if *n >= self.limits.max_concurrent_runs {
+            return Err(TenantRefusal::Calls {
+                limit: self.limits.max_concurrent_runs,
+            });
+        }
+        *n += 1;
+        Ok(CallPermit {
+            lineage: guest.lineage.clone(),
+            tenants: self.clone(),
         })
     }
 
@@ -262,6 +306,30 @@ mod tests {
         drop(p1);
         assert_eq!(t.held(&a), 1);
         assert!(t.admit(&guest(&a, 0)).is_ok());
+    }
+
+    #[test]
+    fn a_lineage_has_at_most_its_limit_of_handler_calls_in_flight() {
+        let t = tenants(2, 4);
+        let (a, b) = (Lineage::fresh(), Lineage::fresh());
+        let ga = Guest {
+            lineage: a.clone(),
+            depth: 0,
+        };
+        let gb = Guest {
+            lineage: b,
+            depth: 0,
+        };
+        let c1 = t.admit_call(&ga).unwrap();
+        let _c2 = t.admit_call(&ga).unwrap();
+        assert!(matches!(
+            t.admit_call(&ga),
+            Err(TenantRefusal::Calls { limit: 2 })
+        ));
+        assert!(t.admit_call(&gb).is_ok(), "another tenant is not starved");
+        drop(c1);
+        assert!(t.admit_call(&ga).is_ok());
+        assert_eq!(t.held(&a), 0, "calls are not VMs");
     }
 
     #[test]

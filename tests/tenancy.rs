@@ -334,3 +334,29 @@ async fn the_middleware_forwards_other_calls_and_relays_their_answers_unchanged(
         "the worker's own functions are served in-process, never forwarded"
     );
 }
+
+/// A tenant's calls waiting on this worker's handlers are bounded: each
+/// runtime serves one call at a time, so a flood would stall the owner's
+/// own calls behind it.
+#[tokio::test]
+async fn a_guests_calls_waiting_on_handlers_are_bounded_per_tenant() {
+    let w = world(1, 4);
+    register(&w, &Caller::Trusted, "ops::f").await.unwrap();
+    let (a, b) = (Lineage::fresh(), Lineage::fresh());
+    let call = |l: &Lineage| {
+        let ctx = json!({"lineage": l.as_str(), "depth": 0});
+        w.bus
+            .call_published(GUEST_MIDDLEWARE, middleware_input("ops::f", json!({}), ctx))
+    };
+    // Polled in order: the first holds its slot when the second asks.
+    let (first, second, other) = futures_util::join!(call(&a), call(&a), call(&b));
+    assert_eq!(first.unwrap(), json!({"doubled": 42}));
+    refused_naming(&second, ErrorCode::Capacity, "guest_max_concurrent_runs");
+    assert_eq!(
+        other.unwrap(),
+        json!({"doubled": 42}),
+        "another tenant is not refused"
+    );
+    // Done, the slot is back.
+    assert!(call(&a).await.is_ok());
+}

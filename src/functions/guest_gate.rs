@@ -122,6 +122,13 @@ async fn gate(m: Arc<Manager>, bus: Arc<dyn Bus>, input: Value) -> Result<Value,
             )),
         };
     }
+    // A tenant's calls queued on this worker's handlers are bounded, so it
+    // cannot stall another tenant's calls behind its own.
+    let _in_flight = if namespace.is_none() && m.serves(&input.function_id) {
+        Some(m.tenants().admit_call(&guest)?)
+    } else {
+        None
+    };
     let budget = forward_budget(&m);
     bus.forward(
         &input.function_id,

@@ -146,6 +146,11 @@ impl Manager {
         &self.bus
     }
 
+    /// Whether `function_id` is one of the handlers this worker published.
+    pub(crate) fn serves(&self, function_id: &str) -> bool {
+        lock(&self.state).serving(function_id).is_some()
+    }
+
     /// The guest tenants' budgets.
     pub fn tenants(&self) -> &Arc<Tenants> {
         &self.tenants
