@@ -178,7 +178,7 @@ pub(crate) enum Frame {
 
 /// The `type` of a wrapper's failure report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FrameError {
+pub enum FrameError {
     /// The handler raised (also any type this worker does not know).
     Throw,
     /// The handler's value has no JSON form.

@@ -147,3 +147,20 @@ fn the_interface_reader_reads_fields_optionality_and_unions() {
     assert_eq!(got["B"].len(), 1);
     assert_eq!(literals("string"), None);
 }
+
+/// The UI's ids (`ui/src/ids.ts`) are the worker's (`src/function_ids.rs`).
+#[test]
+fn the_uis_function_ids_are_the_workers() {
+    use sandbox_code_runner::function_ids as ids;
+    let ts = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/src/ids.ts"))
+        .unwrap();
+    for (name, id) in [
+        ("RUN", ids::RUN),
+        ("REGISTER_FUNCTION", ids::REGISTER_FUNCTION),
+        ("TEARDOWN", ids::TEARDOWN),
+        ("LIST_RUNTIMES", ids::LIST_RUNTIMES),
+    ] {
+        let line = format!("export const {name} = \"{id}\";");
+        assert!(ts.contains(&line), "ui/src/ids.ts lacks `{line}`");
+    }
+}

@@ -43,7 +43,7 @@ fn handler(manager: Weak<Manager>, function_id: String) -> Handler {
                 Some(m) => {
                     let totals = m.stats().handler_call.clone();
                     let call = m.invoke(&function_id, HandlerPayload::decode(payload));
-                    metered(&totals, call).await
+                    Ok(metered(&totals, call).await?)
                 }
                 None => Err(WorkerError::Engine("the worker is shutting down".into())),
             }

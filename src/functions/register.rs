@@ -54,7 +54,8 @@ pub async fn handle(
         description: req.description,
     };
     m.register_as(caller, fid, handler, super::handler_call::edge)
-        .await?;
+        .await
+        .map_err(WorkerError::from)?;
     Ok(RegisterResponse {
         function_id: req.function_id,
         registered: true,

@@ -39,16 +39,15 @@ pub async fn handle(
     }
     let timeout = m.config().clamp_timeout(req.timeout_ms);
     match req.runtime_id.as_deref() {
-        Some(id) => {
-            m.run_in(&RuntimeId::from_caller(id), req.lang, &req.code, timeout)
-                .await
-        }
+        Some(id) => Ok(m
+            .run_in(&RuntimeId::from_caller(id), req.lang, &req.code, timeout)
+            .await?),
         None => {
             let lang = req.lang.ok_or_else(|| {
                 WorkerError::invalid("lang", "is required when `runtime_id` is omitted")
             })?;
-            m.run_fresh_as(caller, lang, &req.code, req.keep, timeout)
-                .await
+            Ok(m.run_fresh_as(caller, lang, &req.code, req.keep, timeout)
+                .await?)
         }
     }
 }

@@ -32,10 +32,10 @@ pub async fn handle(
 ) -> Result<TeardownResponse, WorkerError> {
     let req: TeardownRequest = decode(payload)?;
     match (req.runtime_id.as_deref(), req.namespace.as_deref()) {
-        (Some(id), None) => m.teardown_runtime(&RuntimeId::from_caller(id)).await,
+        (Some(id), None) => Ok(m.teardown_runtime(&RuntimeId::from_caller(id)).await?),
         (None, Some(ns)) => {
             let ns = Namespace::parse(ns).map_err(|e| WorkerError::invalid("namespace", e))?;
-            m.teardown_namespace_as(caller, &ns).await
+            Ok(m.teardown_namespace_as(caller, &ns).await?)
         }
         (Some(_), Some(_)) => Err(WorkerError::InvalidRequest(format!(
             "got both; {EXACTLY_ONE}"

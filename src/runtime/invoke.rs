@@ -1,11 +1,12 @@
 //! One call of a published handler: a fresh interpreter in its namespace
 //! runtime, the answer read from the call's own frame.
 
-use super::failure::{infra_error, tail, EXPIRED_FUNCTION};
+use super::errors::{DaemonFailure, HandlerCallError};
+use super::failure::tail;
 use super::inventory;
 use super::{lock, Manager};
-use crate::error::{redact_uuids, WorkerError};
-use crate::guest::{self, Frame, FrameError, InvokeMode};
+use crate::error::redact_uuids;
+use crate::guest::{self, Frame, InvokeMode};
 use crate::wire::HandlerPayload;
 use serde_json::Value;
 
@@ -15,14 +16,14 @@ impl Manager {
         &self,
         function_id: &str,
         payload: HandlerPayload,
-    ) -> Result<Value, WorkerError> {
+    ) -> Result<Value, HandlerCallError> {
         let rt = lock(&self.state)
             .serving(function_id)
-            .ok_or_else(|| WorkerError::RuntimeNotFound("the function's runtime is gone".into()))?;
+            .ok_or(HandlerCallError::RuntimeGone)?;
         let path = lock(&rt.functions)
             .get(function_id)
             .cloned()
-            .ok_or_else(|| WorkerError::RuntimeNotFound("the function was unregistered".into()))?;
+            .ok_or(HandlerCallError::Unregistered)?;
         let budget = self.config.clamp_timeout(None);
         let secret = guest::new_secret();
         let slot = rt.slot.lock().await;
@@ -50,9 +51,9 @@ impl Manager {
             Ok(o) => o,
             Err(e) if e.is_gone() => {
                 self.expire(&rt);
-                return Err(WorkerError::Expired(EXPIRED_FUNCTION.into()));
+                return Err(HandlerCallError::Expired);
             }
-            Err(e) => return Err(infra_error(e, budget)),
+            Err(e) => return Err(HandlerCallError::Exec(DaemonFailure::new(e, budget))),
         };
         let frame = guest::parse_frame(&out.stdout, &secret);
         if !out.stderr.is_empty() {
@@ -60,20 +61,11 @@ impl Manager {
         }
         match frame {
             Frame::Ok(v) => Ok(v),
-            Frame::Err { kind, message } => Err(WorkerError::HandlerError(match kind {
-                FrameError::NotJson => {
-                    format!("handler returned a value JSON cannot represent: {message}")
-                }
-                FrameError::Throw
-                | FrameError::NoHandler
-                | FrameError::AsyncHandler
-                | FrameError::LoadError => format!("handler raised: {}", tail(&message, 2000)),
-            })),
-            Frame::Missing => Err(WorkerError::HandlerError(format!(
-                "handler process ended (exit {:?}) without a result: {}",
-                out.exit_code,
-                tail(&out.stderr, 2000)
-            ))),
+            Frame::Err { kind, message } => Err(HandlerCallError::Handler { kind, message }),
+            Frame::Missing => Err(HandlerCallError::NoResult {
+                exit_code: out.exit_code,
+                stderr: out.stderr,
+            }),
         }
     }
 }

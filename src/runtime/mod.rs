@@ -31,6 +31,7 @@ use crate::sandbox::SandboxApi;
 use crate::tenancy::{Admission, TenantLimits, Tenants};
 
 mod daemon;
+mod errors;
 mod failure;
 mod inventory;
 mod invoke;
@@ -43,6 +44,7 @@ mod teardown;
 mod warm;
 
 pub use crate::stats::Stats;
+pub use errors::{DaemonFailure, HandlerCallError, RegisterError, RunError, TeardownError};
 pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry, RuntimeKind};
 pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;

@@ -7,11 +7,11 @@ use std::sync::{Arc, Weak};
 
 use serde_json::Value;
 
-use super::failure::{infra_error, tail, EXPIRED_FUNCTION};
+use super::errors::{DaemonFailure, RegisterError};
+use super::failure::tail;
 use super::records::{Runtime, SdkState, State, VmFate};
 use super::{lock, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
-use crate::error::WorkerError;
 use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
@@ -22,23 +22,19 @@ use crate::tenancy::Caller;
 enum InstallError {
     /// The namespace VM was reaped.
     Gone,
-    Worker(WorkerError),
+    Failed(RegisterError),
 }
 
 /// `Err` naming `ns` when a live runtime of it is not `caller`'s to change.
-fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), WorkerError> {
+fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), RegisterError> {
     let foreign = st
         .in_namespace(ns)
         .iter()
         .any(|rt| !caller.may_change(rt.owner.as_ref()));
     if foreign {
-        return Err(WorkerError::invalid(
-            "function_id",
-            format!(
-                "namespace `{}` belongs to another tenant; register in a namespace of your own",
-                ns.as_str()
-            ),
-        ));
+        return Err(RegisterError::ForeignNamespace {
+            namespace: ns.as_str().to_string(),
+        });
     }
     Ok(())
 }
@@ -70,7 +66,7 @@ impl Manager {
         fid: FunctionId,
         handler: Handler,
         edge: HandlerEdge,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), RegisterError> {
         let Handler {
             lang,
             source,
@@ -79,7 +75,7 @@ impl Manager {
         let source = source.as_str();
         let id = fid.as_str().to_string();
         if !lock(&self.state).reserve(&id) {
-            return Err(WorkerError::invalid("function_id", "is already registered"));
+            return Err(RegisterError::IdTaken);
         }
         let result = self
             .register_reserved(caller, &fid, lang, source, description, edge)
@@ -96,24 +92,14 @@ impl Manager {
         source: &str,
         description: Option<String>,
         edge: HandlerEdge,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), RegisterError> {
         let id = fid.as_str();
         self.check_namespace_owner(caller, fid.namespace())?;
         // Anyone on the bus may own it already.
         match crate::bus::is_served(self.bus.as_ref(), id).await {
-            Ok(true) => {
-                return Err(WorkerError::invalid(
-                    "function_id",
-                    "is already registered on the bus",
-                ))
-            }
+            Ok(true) => return Err(RegisterError::IdOnTheBus),
             Ok(false) => {}
-            Err(e) => {
-                return Err(WorkerError::Engine(format!(
-                    "cannot check whether the id is free: {}: {}",
-                    e.code, e.message
-                )))
-            }
+            Err(e) => return Err(RegisterError::IdCheck(e)),
         }
         // A reaped namespace runtime is replaced once, transparently.
         for attempt in 0..2 {
@@ -128,10 +114,8 @@ impl Manager {
                     self.expire(&rt);
                     continue;
                 }
-                Err(InstallError::Gone) => {
-                    return Err(WorkerError::Expired(EXPIRED_FUNCTION.into()))
-                }
-                Err(InstallError::Worker(e)) => {
+                Err(InstallError::Gone) => return Err(RegisterError::Expired),
+                Err(InstallError::Failed(e)) => {
                     if fresh && lock(&rt.functions).is_empty() {
                         // Do not keep a VM for a namespace that holds nothing.
                         self.forget(&rt, VmFate::Stopping);
@@ -143,12 +127,12 @@ impl Manager {
                 Ok(()) => return Ok(()),
             }
         }
-        Err(WorkerError::Expired(EXPIRED_FUNCTION.into()))
+        Err(RegisterError::Expired)
     }
 
     /// Refuses a guest whose lineage does not own every live runtime of
     /// `ns` (a fresh namespace has none, so anyone may take it).
-    fn check_namespace_owner(&self, caller: &Caller, ns: &Namespace) -> Result<(), WorkerError> {
+    fn check_namespace_owner(&self, caller: &Caller, ns: &Namespace) -> Result<(), RegisterError> {
         owned_by_another(&lock(&self.state), caller, ns)
     }
 
@@ -158,7 +142,7 @@ impl Manager {
         caller: &Caller,
         ns: &Namespace,
         lang: Lang,
-    ) -> Result<(Arc<Runtime>, bool), WorkerError> {
+    ) -> Result<(Arc<Runtime>, bool), RegisterError> {
         let key = (ns.clone(), lang);
         let gate = lock(&self.namespace_locks)
             .entry(key.clone())
@@ -169,11 +153,10 @@ impl Manager {
         if let Some(rt) = lock(&self.state).namespace_runtime(ns, lang) {
             return Ok((rt, false));
         }
-        let admitted = self.tenants.admit(caller)?;
-        let vm = self
-            .acquire_vm(lang, false)
-            .await
-            .map_err(|e| infra_error(e, self.config.default_timeout_ms))?;
+        let admitted = self.tenants.admit(caller).map_err(RegisterError::Tenant)?;
+        let vm = self.acquire_vm(lang, false).await.map_err(|e| {
+            RegisterError::AcquireVm(DaemonFailure::new(e, self.config.default_timeout_ms))
+        })?;
         let sandbox_id = vm.id;
         let id = RuntimeId::generate();
         let token = self.mint_guest_token(Some(ns), &admitted);
@@ -216,10 +199,9 @@ impl Manager {
         edge: HandlerEdge,
     ) -> Result<(), InstallError> {
         if lock(&rt.functions).len() >= MAX_FUNCTIONS_PER_RUNTIME {
-            return Err(InstallError::Worker(WorkerError::invalid(
-                "function_id",
-                format!("namespace runtime already holds {MAX_FUNCTIONS_PER_RUNTIME} functions"),
-            )));
+            return Err(InstallError::Failed(RegisterError::TooManyFunctions {
+                limit: MAX_FUNCTIONS_PER_RUNTIME,
+            }));
         }
         let budget = self.config.clamp_timeout(None);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -229,7 +211,7 @@ impl Manager {
             if e.is_gone() {
                 InstallError::Gone
             } else {
-                InstallError::Worker(infra_error(e, budget))
+                InstallError::Failed(RegisterError::Install(DaemonFailure::new(e, budget)))
             }
         };
         self.write_file(&rt.sandbox_id, &path, source)
@@ -272,17 +254,16 @@ impl Manager {
                         format!("does not load: {}", tail(&message, 2000))
                     }
                 };
-                return Err(InstallError::Worker(WorkerError::invalid("source", why)));
+                return Err(InstallError::Failed(RegisterError::BadHandler { why }));
             }
             Frame::Missing => {
-                return Err(InstallError::Worker(WorkerError::invalid(
-                    "source",
-                    format!(
+                return Err(InstallError::Failed(RegisterError::BadHandler {
+                    why: format!(
                         "does not load (exit {:?}): {}",
                         out.exit_code,
                         tail(&out.stderr, 2000)
                     ),
-                )))
+                }))
             }
         }
         // Publish, then record: the handler looks itself up by id.

@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use super::failure::{infra_error, EXPIRED_RUN};
+use super::errors::{DaemonFailure, RunError};
 use super::inventory;
 use super::records::{Runtime, SdkState};
 use super::{lock, Manager};
-use crate::error::WorkerError;
 use crate::events::EventKind;
 use crate::guest;
 use crate::ids::{Lang, RuntimeId};
@@ -35,7 +34,7 @@ impl Manager {
         code: &str,
         keep: bool,
         timeout_ms: u64,
-    ) -> Result<RunResponse, WorkerError> {
+    ) -> Result<RunResponse, RunError> {
         self.run_fresh_as(&Caller::Trusted, lang, code, keep, timeout_ms)
             .await
     }
@@ -50,8 +49,9 @@ impl Manager {
         code: &str,
         keep: bool,
         timeout_ms: u64,
-    ) -> Result<RunResponse, WorkerError> {
-        let admitted = self.tenants.admit(caller)?;
+    ) -> Result<RunResponse, RunError> {
+        let admitted = self.tenants.admit(caller).map_err(RunError::Tenant)?;
+        let daemon = |e| DaemonFailure::new(e, timeout_ms);
         let uses_iii = guest::names_iii(code);
         // One token per run; a kept run's becomes its runtime's.
         let token = self.mint_guest_token(None, &admitted);
@@ -61,29 +61,32 @@ impl Manager {
             let vm = self
                 .acquire_vm(lang, uses_iii)
                 .await
-                .map_err(|e| infra_error(e, timeout_ms))?;
+                .map_err(|e| RunError::AcquireVm(daemon(e)))?;
             let (sandbox_id, pooled) = (vm.id, vm.pooled);
             let outcome = async {
                 if uses_iii && !vm.sdk {
-                    self.prepare_sdk(&sandbox_id, lang, true).await?;
+                    self.prepare_sdk(&sandbox_id, lang, true)
+                        .await
+                        .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
                 }
                 self.exec(
                     &sandbox_id,
                     Manager::with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref()),
                 )
                 .await
+                .map_err(|e| RunError::Exec(daemon(e)))
             }
             .await;
             match outcome {
                 Ok(out) => break (sandbox_id, out, vm.sdk),
                 // A pooled VM reaped while it waited is replaced silently.
-                Err(e) if pooled && e.is_gone() && attempt == 1 => {
+                Err(e) if pooled && e.vm_gone() && attempt == 1 => {
                     lock(&self.state).gone(&sandbox_id);
                     continue;
                 }
                 Err(e) => {
                     self.stop_vm(&sandbox_id).await;
-                    return Err(infra_error(e, timeout_ms));
+                    return Err(e);
                 }
             }
         };
@@ -128,27 +131,21 @@ impl Manager {
         lang: Option<Lang>,
         code: &str,
         timeout_ms: u64,
-    ) -> Result<RunResponse, WorkerError> {
+    ) -> Result<RunResponse, RunError> {
         let rt = lock(&self.state)
             .runtime(id)
-            .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
-        if let Some(lang) = lang {
-            if lang != rt.lang {
-                return Err(WorkerError::invalid(
-                    "lang",
-                    format!(
-                        "this runtime runs {}; omit `lang` or pass \"{}\"",
-                        rt.lang, rt.lang
-                    ),
-                ));
-            }
+            .ok_or(RunError::UnknownRuntime)?;
+        if lang.is_some_and(|l| l != rt.lang) {
+            return Err(RunError::LangMismatch { runs: rt.lang });
         }
+        let daemon = |e| DaemonFailure::new(e, timeout_ms);
         let mut slot = rt.slot.lock().await;
         let timed = inventory::Timed::start(&rt.meta);
         let outcome = async {
             if slot.sdk == SdkState::Absent && guest::names_iii(code) {
                 self.prepare_sdk(&rt.sandbox_id, rt.lang, slot.pristine)
-                    .await?;
+                    .await
+                    .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
                 slot.sdk = SdkState::Prepared;
             }
             slot.pristine = false;
@@ -157,17 +154,18 @@ impl Manager {
                 Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
             )
             .await
+            .map_err(|e| RunError::Exec(daemon(e)))
         }
         .await;
         drop(timed);
         drop(slot);
         match outcome {
             Ok(out) => Ok(self.response(out, Some(id.expose().to_string()))),
-            Err(e) if e.is_gone() => {
+            Err(e) if e.vm_gone() => {
                 self.expire(&rt);
-                Err(WorkerError::Expired(EXPIRED_RUN.into()))
+                Err(RunError::Expired)
             }
-            Err(e) => Err(infra_error(e, timeout_ms)),
+            Err(e) => Err(e),
         }
     }
 }

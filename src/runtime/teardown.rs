@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::errors::TeardownError;
 use super::records::{Runtime, VmFate};
 use super::{lock, Manager};
-use crate::error::WorkerError;
 use crate::events::EventKind;
 use crate::ids::{Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
@@ -50,10 +50,10 @@ impl Manager {
     pub(crate) async fn teardown_runtime(
         &self,
         id: &RuntimeId,
-    ) -> Result<TeardownResponse, WorkerError> {
+    ) -> Result<TeardownResponse, TeardownError> {
         let rt = lock(&self.state)
             .runtime(id)
-            .ok_or_else(|| WorkerError::RuntimeNotFound("unknown runtime_id".into()))?;
+            .ok_or(TeardownError::UnknownRuntime)?;
         let unregistered = self.forget(&rt, VmFate::Stopping);
         self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
         self.stop_vm(&rt.sandbox_id).await;
@@ -73,24 +73,19 @@ impl Manager {
         &self,
         caller: &Caller,
         ns: &Namespace,
-    ) -> Result<TeardownResponse, WorkerError> {
+    ) -> Result<TeardownResponse, TeardownError> {
         let rts: Vec<Arc<Runtime>> = lock(&self.state).in_namespace(ns);
         if matches!(caller, Caller::Guest(_))
             && (rts.is_empty() || rts.iter().any(|rt| !caller.may_change(rt.owner.as_ref())))
         {
-            return Err(WorkerError::invalid(
-                "namespace",
-                format!(
-                    "`{}` is not a namespace this tenant registered",
-                    ns.as_str()
-                ),
-            ));
+            return Err(TeardownError::NotOwned {
+                namespace: ns.as_str().to_string(),
+            });
         }
         if rts.is_empty() {
-            return Err(WorkerError::RuntimeNotFound(format!(
-                "no live runtime backs namespace {}",
-                ns.canonical()
-            )));
+            return Err(TeardownError::NoRuntime {
+                namespace: ns.canonical(),
+            });
         }
         let mut unregistered = BTreeSet::new();
         for rt in rts {
