@@ -36,6 +36,7 @@ mod failure;
 mod inventory;
 mod invoke;
 mod publish;
+mod python_sdk;
 mod records;
 mod run;
 mod sdk;
