@@ -26,6 +26,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::guest;
+use crate::sandbox::ExecOutput;
 
 /// Archives kept at once (one per interpreter key; the oldest goes first).
 pub(crate) const MAX_ARCHIVES: usize = 2;
@@ -157,6 +158,19 @@ pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// `{"key","size","sha256"}` from a successful pack.
+pub(crate) fn parse_packed(out: &ExecOutput) -> Option<(String, usize, String)> {
+    if out.exit_code != Some(0) {
+        return None;
+    }
+    let v: Value = serde_json::from_str(out.stdout.trim()).ok()?;
+    let key = v.get("key")?.as_str()?.to_string();
+    let size = usize::try_from(v.get("size")?.as_u64()?).ok()?;
+    let sha = v.get("sha256")?.as_str()?.to_string();
+    let hex_ok = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex_ok && !key.is_empty()).then_some((key, size, sha.to_ascii_lowercase()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +211,26 @@ mod tests {
         assert!(c.preplant_due(Instant::now()));
         let later = Instant::now() + PREPLANT_WINDOW;
         assert!(!c.preplant_due(later), "the window has passed");
+    }
+
+    #[test]
+    fn a_pack_report_is_parsed_and_checked() {
+        let out = |stdout: &str, code| ExecOutput {
+            stdout: stdout.into(),
+            exit_code: Some(code),
+            ..ExecOutput::default()
+        };
+        let sha = "ab".repeat(32);
+        let good = format!(r#"{{"key":"k","size":12,"sha256":"{sha}"}}"#);
+        assert_eq!(
+            parse_packed(&out(&good, 0)),
+            Some(("k".into(), 12, sha.clone()))
+        );
+        assert_eq!(parse_packed(&out(&good, 3)), None);
+        assert_eq!(
+            parse_packed(&out(r#"{"key":"k","size":12,"sha256":"xyz"}"#, 0)),
+            None
+        );
+        assert_eq!(parse_packed(&out("not json", 0)), None);
     }
 }

@@ -1,4 +1,4 @@
-//! Command-line entry points: `serve` (the hermetic bench), `trigger`, and
+//! Command-line entry points: `serve` (the stand-in stack), `trigger`, and
 //! the conformance suite's `run` and `compat`.
 
 use std::process::ExitCode;
@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use crate::standin::sandbox_double::SandboxArgs;
 use crate::standin::stack::{Stack, StackOptions};
 
-/// Conformance suite and hermetic bench for code-runner-compatible workers.
+/// Conformance suite and stand-in stack for code-runner-compatible workers.
 #[derive(Parser, Debug)]
 #[command(name = "code-runner-conformance", version)]
 pub struct Cli {
@@ -22,8 +22,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Start the stand-in engine and the iii-sandbox double; print the engine
-    /// URL on stdout once both are ready; run until SIGINT/SIGTERM.
+    /// Start the stand-in stack (the stand-in engine and the iii-sandbox
+    /// double); print the engine URL on stdout once both are ready; run until
+    /// SIGINT/SIGTERM.
     Serve(ServeArgs),
     /// Trigger a function the way `iii trigger` does: `k=v` pairs or `--json`.
     Trigger(crate::trigger::TriggerArgs),
@@ -31,10 +32,12 @@ pub enum Command {
     Run(crate::suite::cli::RunArgs),
     /// Print the field-by-field wire diff between two targets' golden schemas.
     Compat(crate::suite::cli::CompatArgs),
-    /// Compare two bench summaries (target/bench-summary-*.json), A then B.
+    /// Compare two criterion bench summaries (target/bench-summary-*.json), A then B.
     BenchCompare(BenchCompareArgs),
-    /// Print a draft target profile for a live worker: the functions it
-    /// publishes, their schemas, the error envelope it answers in.
+    /// Print a draft target profile for a live worker: what it publishes,
+    /// its schemas and error envelope, and what a few cheap probe calls show
+    /// (output caps, validation, limits, its guest listener); the rest at
+    /// seed 000's answer.
     Profile(crate::suite::draft::ProfileArgs),
 }
 
@@ -133,20 +136,20 @@ async fn serve(args: ServeArgs) -> ExitCode {
             tenancy: false,
         }),
     };
-    let bench = match Stack::start_with_layout(options, layout).await {
+    let stack = match Stack::start_with_layout(options, layout).await {
         Ok(b) => b,
         Err(e) => {
             print_error(&e);
             return ExitCode::FAILURE;
         }
     };
-    println!("{}", bench.url());
-    if let Some(guest) = bench.guest_url() {
+    println!("{}", stack.url());
+    if let Some(guest) = stack.guest_url() {
         tracing::info!(%guest, "guest listener (RBAC; give it to the worker as guest_url / III_GUEST_URL)");
     }
     stop_signal::stop_requested().await;
-    tracing::info!("stopping: every sandbox this bench started is stopped");
-    bench.shutdown().await;
+    tracing::info!("stopping: every sandbox this stand-in stack started is stopped");
+    stack.shutdown().await;
     ExitCode::SUCCESS
 }
 

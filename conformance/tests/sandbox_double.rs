@@ -1079,8 +1079,11 @@ async fn guests_see_only_their_own_process_tree() {
 
 /// Connects to the engine's port (on the host's 127.0.0.1) through the
 /// sandbox gateway from inside a sandbox; prints the outcome.
+/// Python that dials the host's 127.0.0.1:`port` through the gateway this
+/// host's double gives guests (slirp4netns' 10.0.2.2, or 127.0.0.1 itself
+/// where the double shares the host's network).
 fn connect_probe(port: u16) -> String {
-    let gateway = code_runner_conformance::standin::sandbox_double::network::GATEWAY;
+    let gateway = code_runner_conformance::standin::sandbox_double::network::gateway();
     format!(
         "import socket\ntry:\n    socket.create_connection(('{gateway}', {port}), 5)\n    print('connected')\nexcept OSError as e:\n    print('refused')"
     )
@@ -1389,6 +1392,7 @@ async fn env_is_inherited_and_layered() {
 
 #[tokio::test]
 async fn network_true_rewrites_loopback_urls_in_create_env_only() {
+    let gateway = code_runner_conformance::standin::sandbox_double::network::gateway();
     let h = default_harness().await;
     let id = h
         .create(json!({
@@ -1405,7 +1409,9 @@ async fn network_true_rewrites_loopback_urls_in_create_env_only() {
         .await;
     assert_eq!(
         out["stdout"],
-        "ws://10.0.2.2:49134 http://localhost/ http://10.0.2.2:8080/x ws://localhost:1\n",
+        format!(
+            "ws://{gateway}:49134 http://localhost/ http://{gateway}:8080/x ws://localhost:1\n"
+        ),
         "the daemon's gateway (slirp4netns' 10.0.2.2) replaces loopback hosts"
     );
     h.finish().await;
@@ -1423,6 +1429,143 @@ async fn each_stream_is_cut_at_one_mib() {
     assert_eq!(out["stdout"].as_str().map(str::len), Some(1_048_576));
     assert_eq!(out["stderr"].as_str().map(str::len), Some(1_048_576));
     assert!(out.get("stdout_truncated").is_none());
+    h.finish().await;
+}
+
+/// Writes `files` (path → content) into a sandbox with `sandbox::fs::write`.
+async fn plant(h: &Harness, id: &str, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        h.ok(
+            "sandbox::fs::write",
+            json!({ "sandbox_id": id, "path": path, "content": content, "parents": true }),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn an_exec_runs_as_root_in_slash_with_the_daemons_env_whatever_the_image() {
+    // The daemon boots a sandbox from the preset image's rootfs, but an exec
+    // is spawned by its in-VM init as root, in `/`, with the create env and
+    // a default PATH: the Dockerfile's USER, WORKDIR and ENV do not apply.
+    let h = default_harness().await;
+    for image in ["python", "node"] {
+        let id = h
+            .create(json!({ "image": image, "env": { "FROM_CREATE": "yes" } }))
+            .await;
+        let out = h
+            .sh(
+                &id,
+                "id -u; pwd; echo \"$PATH|$FROM_CREATE|${PYTHONUNBUFFERED-unset}|${NODE_ENV-unset}\"",
+            )
+            .await;
+        assert_eq!(
+            out["stdout"],
+            "0\n/\n/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|yes|unset|unset\n",
+            "{image}: {out}"
+        );
+        let home = if image == "python" {
+            "python-user"
+        } else {
+            "node"
+        };
+        let out = h
+            .sh(&id, &format!("test -d /home/{home}/work && echo home"))
+            .await;
+        assert_eq!(out["stdout"], "home\n", "{image}: {out}");
+    }
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_plain_pip_install_lands_in_the_python_image_for_every_sandbox() {
+    let h = default_harness().await;
+    let probe = h.python().await;
+    let pip = h
+        .exec_ok(&probe, json!({ "cmd": "python3 -m pip --version" }))
+        .await;
+    if pip["exit_code"] != 0 {
+        eprintln!("skipped: this host's python3 has no pip (apt-get install python3-pip): {pip}");
+        h.finish().await;
+        return;
+    }
+    let name = format!("cfpkg{:08x}", rand::random::<u32>());
+    let a = h.python().await;
+    plant(
+        &h,
+        &a,
+        &[
+            (&format!("/tmp/src/{name}/__init__.py"), "VALUE = 42\n"),
+            (
+                "/tmp/src/setup.py",
+                &format!("from setuptools import setup\nsetup(name='{name}', version='1.0', packages=['{name}'])\n"),
+            ),
+        ],
+    )
+    .await;
+    // No PEP 668 refusal, no --break-system-packages, no --user: as on
+    // python:3.12-slim (offline: the package is local, setuptools the host's).
+    let out = h
+        .exec_ok(
+            &a,
+            json!({ "cmd": "python3 -m pip install --no-index --no-build-isolation /tmp/src" }),
+        )
+        .await;
+    assert_eq!(out["exit_code"], 0, "{out}");
+    // A later sandbox of the image imports it; a node sandbox does not.
+    let b = h.python().await;
+    let script = format!("import {name}; print({name}.VALUE)");
+    let out = h
+        .exec_ok(&b, json!({ "argv": ["python3", "-c", script] }))
+        .await;
+    assert_eq!(out["stdout"], "42\n", "{out}");
+    let n = h.create(json!({ "image": "node" })).await;
+    let out = h
+        .exec_ok(&n, json!({ "argv": ["python3", "-c", script] }))
+        .await;
+    assert_ne!(
+        out["exit_code"], 0,
+        "the node image shares python's layer: {out}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn npm_install_global_lands_in_the_node_image_for_every_sandbox() {
+    let h = default_harness().await;
+    let name = format!("cfpkg{:08x}", rand::random::<u32>());
+    let a = h.create(json!({ "image": "node" })).await;
+    plant(
+        &h,
+        &a,
+        &[
+            (
+                "/tmp/src/package.json",
+                &format!("{{\"name\":\"{name}\",\"version\":\"1.0.0\",\"bin\":{{\"{name}\":\"cli.js\"}}}}"),
+            ),
+            (
+                "/tmp/src/cli.js",
+                "#!/usr/bin/env node\nconsole.log('global ok');\n",
+            ),
+        ],
+    )
+    .await;
+    let out = h
+        .exec_ok(
+            &a,
+            json!({ "argv": ["npm", "install", "-g", "--offline", "--no-audit", "--no-fund", "--install-links", "/tmp/src"] }),
+        )
+        .await;
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let b = h.create(json!({ "image": "node" })).await;
+    let out = h.exec_ok(&b, json!({ "cmd": name.clone() })).await;
+    assert_eq!(out["stdout"], "global ok\n", "{out}");
+    let p = h.python().await;
+    let out = h.exec_ok(&p, json!({ "cmd": name })).await;
+    assert_eq!(
+        out["exit_code"], 127,
+        "the python image shares node's layer: {out}"
+    );
     h.finish().await;
 }
 

@@ -2,6 +2,8 @@
 //! `network:true` guest reaches the host's 127.0.0.1 (any port) at one
 //! gateway address, and nothing else on the host's loopback; its own
 //! 127.0.0.1 is its own; its default route leaves through the gateway.
+//! Where the host has no slirp4netns the double cannot model that, and the
+//! test says so and skips.
 
 mod common;
 
@@ -53,6 +55,10 @@ async fn host_only_listener() -> (TcpListener, tokio::net::TcpSocket) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
+    if let Some(why) = code_runner_conformance::standin::sandbox_double::network::unmodelled() {
+        eprintln!("skipped: {why}");
+        return;
+    }
     let engine = StandInEngine::start(0).await.expect("engine");
     let double = SandboxDouble::start(&engine.url(), SandboxLimits::default())
         .await

@@ -3,8 +3,12 @@
 //!
 //! - A profile listing a function the worker does not publish: the run
 //!   completes, and only the cases needing that function fail, saying so.
-//! - `profile` (the draft) against this workspace's worker on the bench
-//!   loads as a target and states what the worker shows.
+//! - `profile` (the draft) against this workspace's worker on the stand-in
+//!   stack loads as a target and states every value of our hand-written
+//!   profile: what it cannot see, seed 000 or docs/contract.md settles as
+//!   we did.
+//! - A new target without schema snapshots gets its `schema.*` cases
+//!   skipped with the `--bless-schemas` instruction, not failed.
 
 mod common;
 
@@ -115,11 +119,13 @@ async fn a_function_the_worker_does_not_publish_fails_only_the_cases_needing_it(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_draft_profile_of_a_live_worker_loads_and_states_what_it_shows() {
+async fn a_draft_profile_of_our_worker_states_every_value_of_our_profile() {
     let (bench, mut w) = common::stack_with_our_worker("tolerance-test").await;
     let text = draft::draft(&bench.url(), "sandbox-code-runner", Some("draft"), None)
         .await
         .expect("the draft is written");
+    w.stop().await;
+    bench.shutdown().await;
     let t: Target = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(t.name, "draft");
     assert_eq!(t.prefix, "sandbox-code-runner");
@@ -130,25 +136,85 @@ async fn a_draft_profile_of_a_live_worker_loads_and_states_what_it_shows() {
             t.functions
         );
     }
-    let value = |k: &str| t.profile.get(k).map(|f| f.value.clone());
-    assert_eq!(
-        value("error_envelope"),
-        Some(serde_json::json!("code_field"))
-    );
-    assert_eq!(value("langs"), Some(serde_json::json!(["node", "python"])));
-    assert_eq!(value("keep"), Some(serde_json::json!(true)));
-    assert_eq!(value("run_result_field"), Some(serde_json::json!(false)));
-    assert!(t.profile["error_envelope"].source.starts_with("observed:"));
-    // Unobservable values are the seed's, and say so.
-    assert_eq!(value("network"), Some(serde_json::json!(true)));
-    assert!(t.profile["network"]
-        .source
-        .contains("seed 000 default (not observable"));
-    // Values the seeds leave open are offered commented out.
-    assert!(value("code_max_bytes").is_none());
-    assert!(text.contains("# code_max_bytes:"), "{text}");
+    let ours = Target::load(
+        &Golden::locate(None).unwrap().targets(),
+        "sandbox-code-runner",
+    )
+    .expect("our target");
+    assert_eq!(t.functions, ours.functions);
+    let differing: Vec<String> = ours
+        .profile
+        .iter()
+        .filter(|(k, f)| t.profile.get(*k).map(|d| &d.value) != Some(&f.value))
+        .map(|(k, f)| {
+            format!(
+                "{k}: ours {}, drafted {:?}",
+                f.value,
+                t.profile.get(k).map(|d| (&d.value, &d.source))
+            )
+        })
+        .collect();
+    assert!(differing.is_empty(), "{}\n{text}", differing.join("\n"));
+    // Where each value comes from is said.
+    let source = |k: &str| t.profile[k].source.clone();
+    for k in [
+        "error_envelope",
+        "stream_cap_bytes",
+        "handler_checked_at_registration",
+        "guest_listener",
+        "guest_tenancy",
+        "list_runtimes",
+        "code_max_bytes",
+        "functions_per_runtime_max",
+    ] {
+        assert!(source(k).starts_with("observed:"), "{k}: {}", source(k));
+    }
+    assert!(source("network").starts_with("seed 000 default"));
+    assert!(source("file_config").starts_with("seed 000 default"));
+    assert!(source("unknown_config_keys_refused").starts_with("suite contract default"));
     // The schemas travel along, as comments.
     assert!(text.contains("# run request_schema:"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_target_without_schema_snapshots_skips_them_with_the_bless_instruction() {
+    let (bench, mut w) = common::stack_with_our_worker("tolerance-test").await;
+    let real = Golden::locate(None).unwrap();
+    let dir = std::env::temp_dir().join(format!("suite-fresh-{:08x}", rand::random::<u32>()));
+    copy_dir(&real.root, &dir);
+    let _ = std::fs::remove_dir_all(dir.join("schemas/fresh"));
+    let target = std::fs::read_to_string(dir.join("targets/sandbox-code-runner.yaml"))
+        .unwrap()
+        .replace("name: sandbox-code-runner", "name: fresh");
+    std::fs::write(dir.join("targets/fresh.yaml"), target).unwrap();
+    std::fs::copy(
+        dir.join("errors/sandbox-code-runner.json"),
+        dir.join("errors/fresh.json"),
+    )
+    .unwrap();
+    let mut options = SuiteOptions::new("fresh", Mode::Live { url: bench.url() });
+    options.golden = Some(dir.clone());
+    options.prefix = Some("sandbox-code-runner".into());
+    options.filters = vec!["schema.*".into()];
+    let report = run(options).await.expect("the run completes");
+    eprint!("{}", report.summary_text());
     w.stop().await;
     bench.shutdown().await;
+    let schemas: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|c| c.id.starts_with("schema."))
+        .collect();
+    let fresh = Target::load(&dir.join("targets"), "fresh").expect("the fresh target");
+    assert_eq!(schemas.len(), fresh.functions.len(), "{schemas:?}");
+    for c in schemas {
+        assert_eq!(c.verdict, Verdict::Skip, "{}: {:?}", c.id, c.message);
+        let why = c.reason.as_deref().unwrap_or("");
+        assert!(
+            why.contains("--bless-schemas") && why.contains("fresh"),
+            "{why}"
+        );
+    }
+    assert_eq!(report.summary.unexpected, 0, "{:?}", report.summary);
+    let _ = std::fs::remove_dir_all(dir);
 }

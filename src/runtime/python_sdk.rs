@@ -8,17 +8,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
-use serde_json::Value;
 
 use super::Manager;
 use crate::error::redact_uuids;
 use crate::guest;
 use crate::metering::charge_install;
 use crate::python_sdk::{
-    hex_sha256, nanos, Archive, ARCHIVE_PATH, CHUNK_DIR, MAX_ARCHIVE_BYTES, PARALLEL_WRITES, SLICE,
-    UNPACK_KEY_DIFFERS,
+    hex_sha256, nanos, parse_packed, Archive, ARCHIVE_PATH, CHUNK_DIR, MAX_ARCHIVE_BYTES,
+    PARALLEL_WRITES, SLICE, UNPACK_KEY_DIFFERS,
 };
-use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
+use crate::sandbox::{ExecParams, SandboxError};
 
 /// `python3 -c sdk_archive.py <args…>` with the SDK budget.
 fn archive_exec(args: &[&str], timeout_ms: u64) -> ExecParams {
@@ -320,19 +319,6 @@ impl Manager {
     }
 }
 
-/// `{"key","size","sha256"}` from a successful pack.
-fn parse_packed(out: &ExecOutput) -> Option<(String, usize, String)> {
-    if out.exit_code != Some(0) {
-        return None;
-    }
-    let v: Value = serde_json::from_str(out.stdout.trim()).ok()?;
-    let key = v.get("key")?.as_str()?.to_string();
-    let size = usize::try_from(v.get("size")?.as_u64()?).ok()?;
-    let sha = v.get("sha256")?.as_str()?.to_string();
-    let hex_ok = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
-    (hex_ok && !key.is_empty()).then_some((key, size, sha.to_ascii_lowercase()))
-}
-
 fn tail(s: &str) -> String {
     let s = s.trim_end();
     let mut start = s.len().saturating_sub(400);
@@ -345,27 +331,6 @@ fn tail(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pack_report_is_parsed_and_checked() {
-        let out = |stdout: &str, code| ExecOutput {
-            stdout: stdout.into(),
-            exit_code: Some(code),
-            ..ExecOutput::default()
-        };
-        let sha = "ab".repeat(32);
-        let good = format!(r#"{{"key":"k","size":12,"sha256":"{sha}"}}"#);
-        assert_eq!(
-            parse_packed(&out(&good, 0)),
-            Some(("k".into(), 12, sha.clone()))
-        );
-        assert_eq!(parse_packed(&out(&good, 3)), None);
-        assert_eq!(
-            parse_packed(&out(r#"{"key":"k","size":12,"sha256":"xyz"}"#, 0)),
-            None
-        );
-        assert_eq!(parse_packed(&out("not json", 0)), None);
-    }
 
     #[test]
     fn the_digest_is_lowercase_hex_sha256() {

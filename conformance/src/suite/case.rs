@@ -32,7 +32,9 @@ use serde_json::Value;
 use super::matcher::Matcher;
 use super::vars::Vars;
 
+mod step;
 mod validate;
+pub(crate) use step::*;
 use validate::validate_step;
 
 /// How binding a case's behaviour is. The run's `--level` decides which
@@ -111,12 +113,26 @@ pub struct Case {
     /// Long-running: scheduled first so it overlaps the rest.
     #[serde(default)]
     pub(crate) slow: bool,
+    /// What the stand-ins must model for the case to mean anything; where
+    /// they cannot, the case is skipped with the fix.
+    #[serde(default)]
+    pub(crate) stand_in: Vec<StandInNeed>,
     pub(crate) steps: Vec<Step>,
     /// Steps that run after `steps`, whatever happened; failures are notes.
     #[serde(default)]
     pub(crate) cleanup: Vec<Step>,
     #[serde(skip)]
     pub file: PathBuf,
+}
+
+/// Something of the real infrastructure the stand-ins model only where the
+/// host allows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StandInNeed {
+    /// A `network:true` sandbox's own network behind the daemon's gateway
+    /// (the double needs slirp4netns on the host).
+    SandboxNetwork,
 }
 
 /// A private environment of one case.
@@ -142,7 +158,7 @@ pub(crate) struct EnvSpec {
     /// `exit`: the worker is expected to refuse to boot; steps observe it.
     #[serde(default)]
     pub(crate) boot: Boot,
-    /// Start a configuration worker (the bench's double) before the worker
+    /// Start a configuration worker (the stand-in stack's double) before the worker
     /// boots, so its entry and hot-apply trigger are live.
     #[serde(default)]
     pub(crate) configuration_worker: bool,
@@ -155,7 +171,7 @@ fn yes() -> bool {
     true
 }
 
-/// Daemon-double limits a case may set (others keep the bench defaults).
+/// Daemon-double limits a case may set (others keep the suite's defaults).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LimitsSpec {
@@ -184,229 +200,27 @@ pub(crate) enum Boot {
     Exit,
 }
 
-/// One step.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Step {
-    #[serde(default)]
-    pub(crate) name: Option<String>,
-    /// A target function by suffix: `run` → `<prefix>::run`.
-    #[serde(default)]
-    pub(crate) trigger: Option<String>,
-    /// Any function id (placeholders allowed), e.g. `${ns}::double`.
-    #[serde(default)]
-    pub(crate) call: Option<String>,
-    #[serde(default)]
-    pub(crate) action: Option<Action>,
-    #[serde(default)]
-    pub(crate) parallel: Option<Vec<Vec<Step>>>,
-    #[serde(default, deserialize_with = "present")]
-    pub(crate) payload: Option<Value>,
-    /// Client-side deadline of the call (default 60 s).
-    #[serde(default)]
-    pub(crate) timeout_ms: Option<u64>,
-    /// What must come back; omitted means "any successful response".
-    #[serde(default)]
-    pub(crate) expect: Option<Expect>,
-    /// `name: /json/pointer` into the response (or action output).
-    #[serde(default)]
-    pub(crate) capture: BTreeMap<String, String>,
-    /// The step must complete within this many milliseconds.
-    #[serde(default)]
-    pub(crate) within_ms: Option<u64>,
-    /// The step must take at least this many milliseconds.
-    #[serde(default)]
-    pub(crate) after_ms: Option<u64>,
-    /// Retry the step until it holds or this many milliseconds pass.
-    #[serde(default)]
-    pub(crate) eventually_ms: Option<u64>,
-    /// Run the step this many times in a row, with `${i}` = 0, 1, …
-    #[serde(default)]
-    pub(crate) repeat: Option<u32>,
-}
-
-/// Environment control and probes. Each yields a JSON value that `expect`
-/// and `capture` work on like a response.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum Action {
-    /// Finds the live sandbox holding `file` (through `sandbox::list` and
-    /// `sandbox::fs::read`): `{found, sandbox_id?}`.
-    LocateSandbox { file: String },
-    /// Registers `function_id` from the suite's own client (another worker
-    /// on the bus); unregistered when the case ends. `{registered: true}`.
-    RegisterForeign { function_id: String },
-    /// Declares trigger type `id` from the suite's own client, playing its
-    /// owner (the harness for `harness::hook::pre-generate`): bindings to it
-    /// become live and listed. Undeclared when the case ends. `{declared: true}`.
-    DeclareTriggerType { id: String },
-    /// SIGTERM the worker, wait for it to exit, start it again, wait ready.
-    RestartWorker {},
-    /// SIGTERM the worker and wait for it to exit: `{exit_code}`.
-    StopWorker {},
-    /// Connect iii-sandbox (an environment booted with `sandbox: false`).
-    StartSandbox {},
-    /// The worker's log so far (its stdout and stderr both): `{log}`.
-    WorkerLog {},
-    /// Wait for the worker process to exit by itself: `{exited, success, exit_code}`.
-    WorkerExit { within_ms: u64 },
-    /// Binds a function of the suite's own client to trigger type
-    /// `trigger_type` (with `config`, default `{}`) and records every payload
-    /// it is called with, until the case ends. `{subscribed: true}`.
-    Subscribe {
-        trigger_type: String,
-        #[serde(default)]
-        config: Option<Value>,
-    },
-    /// What this case's subscribers received so far, in arrival order:
-    /// `{events: [payload…], kinds: [payload.event…]}`.
-    Received {},
-}
-
-impl Action {
-    /// Whether the action needs a private (hermetic) environment.
-    pub(crate) fn needs_private_env(&self) -> bool {
-        !matches!(
-            self,
-            Action::LocateSandbox { .. }
-                | Action::RegisterForeign { .. }
-                | Action::DeclareTriggerType { .. }
-                | Action::Subscribe { .. }
-                | Action::Received {}
-        )
-    }
-}
-
-/// A key that is present holds a value, even `null`.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-/// What a step expects.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Expect {
-    /// A successful response matching this matcher (`null` included).
-    #[serde(default, deserialize_with = "present")]
-    pub(crate) response: Option<Value>,
-    /// A target error: the short code (`invalid_request`), in either envelope.
-    #[serde(default)]
-    pub(crate) error: Option<ErrorExpect>,
-    /// An engine error code, verbatim (`function_not_found`, `NOT_FOUND`).
-    #[serde(default)]
-    pub(crate) engine_error: Option<String>,
-}
-
-/// An expected target error.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum ErrorExpect {
-    Code(String),
-    Detailed {
-        code: String,
-        /// Tokens the contract requires in the message (field names,
-        /// commands, S-codes) — never wording.
-        #[serde(default)]
-        message_has: Vec<String>,
-        /// Strings that must not appear (secrets, ids).
-        #[serde(default)]
-        message_lacks: Vec<String>,
-        /// The envelope the target must use (default: either).
-        #[serde(default)]
-        envelope: Option<super::errors::Envelope>,
-        /// The message must start with the full code (`<prefix>::<code>`).
-        #[serde(default)]
-        message_starts_with_code: bool,
-    },
-}
-
-impl ErrorExpect {
-    pub(crate) fn code(&self) -> &str {
-        match self {
-            ErrorExpect::Code(c) => c,
-            ErrorExpect::Detailed { code, .. } => code,
-        }
-    }
-
-    pub(crate) fn message_has(&self) -> &[String] {
-        match self {
-            ErrorExpect::Code(_) => &[],
-            ErrorExpect::Detailed { message_has, .. } => message_has,
-        }
-    }
-
-    pub(crate) fn message_lacks(&self) -> &[String] {
-        match self {
-            ErrorExpect::Code(_) => &[],
-            ErrorExpect::Detailed { message_lacks, .. } => message_lacks,
-        }
-    }
-
-    pub(crate) fn envelope(&self) -> Option<super::errors::Envelope> {
-        match self {
-            ErrorExpect::Code(_) => None,
-            ErrorExpect::Detailed { envelope, .. } => *envelope,
-        }
-    }
-
-    pub(crate) fn message_starts_with_code(&self) -> bool {
-        match self {
-            ErrorExpect::Code(_) => false,
-            ErrorExpect::Detailed {
-                message_starts_with_code,
-                ..
-            } => *message_starts_with_code,
-        }
-    }
-}
-
-impl Step {
-    /// A label for reports: the name, else the function or action.
-    pub(crate) fn label(&self, index: usize) -> String {
-        let what = if let Some(t) = &self.trigger {
-            format!("trigger {t}")
-        } else if let Some(c) = &self.call {
-            format!("call {c}")
-        } else if let Some(a) = &self.action {
-            format!("action {}", action_name(a))
-        } else {
-            "parallel".to_string()
-        };
-        match &self.name {
-            Some(n) => format!("step {} ({n}: {what})", index + 1),
-            None => format!("step {} ({what})", index + 1),
-        }
-    }
-
-    /// Every step, this one and nested ones.
-    pub(crate) fn walk<'a>(&'a self, out: &mut Vec<&'a Step>) {
-        out.push(self);
-        if let Some(branches) = &self.parallel {
-            for b in branches {
-                for s in b {
-                    s.walk(out);
-                }
-            }
-        }
-    }
-}
-
-pub(crate) fn action_name(a: &Action) -> &'static str {
-    match a {
-        Action::LocateSandbox { .. } => "locate_sandbox",
-        Action::RegisterForeign { .. } => "register_foreign",
-        Action::DeclareTriggerType { .. } => "declare_trigger_type",
-        Action::RestartWorker {} => "restart_worker",
-        Action::StopWorker {} => "stop_worker",
-        Action::StartSandbox {} => "start_sandbox",
-        Action::WorkerLog {} => "worker_log",
-        Action::WorkerExit { .. } => "worker_exit",
-        Action::Subscribe { .. } => "subscribe",
-        Action::Received {} => "received",
-    }
-}
-
 impl Case {
+    /// The requirements its steps' `refine` entries name.
+    pub(crate) fn refinements(&self) -> Vec<String> {
+        let mut steps = self.all_steps();
+        for s in &self.cleanup {
+            s.walk(&mut steps);
+        }
+        steps
+            .iter()
+            .flat_map(|s| s.refine.keys().cloned())
+            .collect()
+    }
+
+    /// This case with the refinements the target's profile meets folded in.
+    pub(crate) fn refined(&self, holds: &dyn Fn(&str) -> bool) -> Case {
+        let mut c = self.clone();
+        c.steps = c.steps.iter().map(|s| s.refined(holds)).collect();
+        c.cleanup = c.cleanup.iter().map(|s| s.refined(holds)).collect();
+        c
+    }
+
     /// Every step of `steps` (nested included), not cleanup.
     pub(crate) fn all_steps(&self) -> Vec<&Step> {
         let mut out = Vec::new();
@@ -473,6 +287,12 @@ impl Case {
         for r in &self.requires {
             if r.trim().is_empty() || r.starts_with("!=") {
                 return Err(format!("bad requirement `{r}`"));
+            }
+            let feature = super::target::requirement_feature(r);
+            if self.level == Level::Recommended && super::target::refines_only(feature) {
+                return Err(format!(
+                    "a `recommended` case checks `{feature}` whatever the profile says: move `{r}` from `requires` to a step's `refine` (a profile value refines a check, it never turns one off)"
+                ));
             }
         }
         let private = self.environment.is_some();

@@ -15,7 +15,7 @@ use crate::suite::report::LevelGate;
         .args(["hermetic", "engine", "engine_image", "engine_bin"])
 ))]
 pub struct RunArgs {
-    /// Start the bench in-process and spawn the worker (`--worker-cmd`).
+    /// Start the stand-in stack in-process and spawn the worker (`--worker-cmd`).
     #[arg(long)]
     pub(crate) hermetic: bool,
     /// A live engine (`ws://host:port`) where the target is already connected.

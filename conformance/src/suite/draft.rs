@@ -1,12 +1,16 @@
 //! `code-runner-conformance profile`: a draft target profile for a live
 //! worker, to start a `golden/targets/<name>.yaml` from.
 //!
-//! What can be seen from outside is filled in from what the worker shows:
-//! the functions it publishes under its prefix, their request/response
-//! schemas (the languages, `keep`, `result`), and the error envelope it
-//! answers in. Everything else is left at seed 000's default, marked as
-//! such; values the seeds leave open are written commented out, so their
-//! `profile`-level cases stay skipped until the author states them.
+//! What can be seen from outside is filled in from what the worker shows,
+//! marked `observed:`: the functions it publishes under its prefix (every
+//! one the suite has cases for), their request/response schemas, the error
+//! envelope it answers in, and what a handful of cheap probes show
+//! (`probe`: languages, output caps and their size, validation at
+//! registration, the documented limits, the runtime id, the guest
+//! listener's functions…). What cannot be seen falls back to seed 000's
+//! answer, and where seed 000 is silent to docs/contract.md's
+//! (`defaults`), each marked as such. Only values no document settles are
+//! written commented out.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -38,120 +42,21 @@ pub struct ProfileArgs {
     pub(crate) golden: Option<PathBuf>,
 }
 
+mod defaults;
+mod probe;
+use defaults::{CONTRACT_DEFAULTS, SEED_DEFAULTS};
+
 /// The functions a code-runner-compatible worker may publish (after its
-/// `<prefix>::`): the one list the draft and the tests read.
-pub const KNOWN_FUNCTIONS: [&str; 6] = [
+/// `<prefix>::`) that the suite knows: the one list the draft and the tests
+/// read. Every function a golden case triggers is here.
+pub const KNOWN_FUNCTIONS: [&str; 7] = [
     "run",
     "register_function",
     "teardown",
+    "list_runtimes",
     "inject-guidance",
     "on-config-change",
     "ui-content",
-];
-
-/// Seed 000's answer for features it settles: `(feature, value, sentence)`.
-const SEED_DEFAULTS: &[(&str, &str, &str)] = &[
-    (
-        "network",
-        "true",
-        "seed 000 Running code: every VM has outbound network",
-    ),
-    (
-        "package_install",
-        "true",
-        "seed 000 Running code: npm install / pip install work in every runtime",
-    ),
-    (
-        "real_filesystem",
-        "true",
-        "seed 000: a real OS per call; files survive on a kept runtime",
-    ),
-    (
-        "globals_persist_on_keep",
-        "false",
-        "seed 000 Running code: variables do not survive between runs",
-    ),
-    (
-        "handler_globals_persist",
-        "false",
-        "seed 000: each call runs in a fresh interpreter process",
-    ),
-    (
-        "sandbox_daemon",
-        "true",
-        "seed 000: every execution is delegated to the iii-sandbox daemon",
-    ),
-    (
-        "guest_sdk",
-        "real_sdk",
-        "seed 000 The iii global: the real iii-sdk client",
-    ),
-    (
-        "guest_register_function",
-        "true",
-        "seed 000 The iii global: the full SDK surface",
-    ),
-    (
-        "guest_python_iii",
-        "true",
-        "seed 000 The iii global: python runtimes pip install iii-sdk once",
-    ),
-    (
-        "self_call_stalls",
-        "true",
-        "seed 000 The iii global: self-calls stall",
-    ),
-    (
-        "one_runtime_per_namespace_lang",
-        "true",
-        "seed 000: one persistent runtime per namespace and language",
-    ),
-    (
-        "teardown_by_namespace",
-        "true",
-        "seed 000 Teardown and expiry",
-    ),
-    ("capacity", "true", "seed 000 Errors: capacity"),
-    (
-        "non_json_return_is_handler_error",
-        "true",
-        "seed 000 Errors: handler_error",
-    ),
-    (
-        "resource_exhausted",
-        "false",
-        "seed 000 Errors: no resource_exhausted code",
-    ),
-    (
-        "reregister",
-        "refused",
-        "seed 000 Errors: invalid_request — id already taken",
-    ),
-    (
-        "idle_ttl_floor_secs",
-        "0",
-        "seed 000 documents no floor on idle_ttl_secs",
-    ),
-    (
-        "inject_guidance_hook",
-        "true",
-        "seed 000 Configuration: inject_guidance (ON by default)",
-    ),
-    (
-        "namespace_charset",
-        "\"[a-z0-9._-]\"",
-        "seed 000 names namespace violations; the charset is the documented workers'",
-    ),
-    (
-        "python_code",
-        "main_script",
-        "seed 000: Python code is a script",
-    ),
-    (
-        "node_code",
-        "es_module",
-        "seed 000: Node code is a module (top-level await)",
-    ),
 ];
 
 /// What the draft is made from.
@@ -161,11 +66,13 @@ pub(crate) struct Observation {
     pub(crate) envelope: EnvelopeProbe,
     /// Function suffix → its `engine::functions::info` entry.
     pub(crate) entries: Vec<(String, Value)>,
+    /// What the probes saw: feature → (value, how).
+    pub(crate) probed: probe::Seen,
 }
 
 /// Looks at the worker behind `prefix` on a connected client.
 pub(crate) async fn observe(client: &IIIClient, prefix: &str) -> Result<Observation, SuiteError> {
-    let listed = published::listed_under(client, prefix)
+    let listed: BTreeSet<String> = published::listed_under(client, prefix)
         .await
         .unwrap_or_default();
     let candidates: Vec<String> = KNOWN_FUNCTIONS
@@ -177,7 +84,7 @@ pub(crate) async fn observe(client: &IIIClient, prefix: &str) -> Result<Observat
         .unwrap_or_default()
         .into_iter()
         .collect();
-    seen.extend(listed);
+    seen.extend(listed.iter().cloned());
     if seen.is_empty() {
         return Err(SuiteError::Environment(
             crate::suite::env::EnvError::Failed(format!(
@@ -203,10 +110,12 @@ pub(crate) async fn observe(client: &IIIClient, prefix: &str) -> Result<Observat
             entries.push((f.clone(), v));
         }
     }
+    let probed = probe::probe(client, prefix, &published.present, &seen).await;
     Ok(Observation {
         published,
         envelope,
         entries,
+        probed,
     })
 }
 
@@ -217,7 +126,9 @@ fn observed(o: &Observation, feature: &str) -> Option<(String, String)> {
             .iter()
             .find(|(n, _)| n == f)
             .and_then(|(_, e)| e.get(which).cloned())
-            .filter(|s| !s.is_null())
+            // A schema that names no property (an untyped handler's
+            // `{"type":"object"}`) says nothing about fields.
+            .filter(|s| !s.is_null() && s.to_string().contains("\"properties\""))
     };
     let prop =
         |f: &str, which: &str, p: &str| schema(f, which).map(|s| find_property(&s, p).is_some());
@@ -231,21 +142,28 @@ fn observed(o: &Observation, feature: &str) -> Option<(String, String)> {
     let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
     let v = match feature {
         "error_envelope" => {
-            (o.envelope.envelope != "unknown").then(|| o.envelope.envelope.clone())?
+            match (o.envelope.envelope != "unknown").then(|| o.envelope.envelope.clone()) {
+                Some(v) => v,
+                None => return o.probed.get(feature).cloned(),
+            }
         }
-        "run_result_field" => yes_no(prop("run", "response_schema", "result")?),
-        "keep" => yes_no(prop("run", "request_schema", "keep")?),
-        "langs" => format!("[{}]", langs()?.join(", ")),
-        "python" => yes_no(langs()?.iter().any(|l| l == "python")),
-        "node" => yes_no(langs()?.iter().any(|l| l == "node")),
-        "inject_guidance_hook" => {
-            yes_no(o.published.present.iter().any(|f| f == "inject-guidance"))
+        "run_result_field" | "keep" | "langs" | "python" | "node" => {
+            let from_schema = match feature {
+                "run_result_field" => prop("run", "response_schema", "result").map(yes_no),
+                "keep" => prop("run", "request_schema", "keep").map(yes_no),
+                "langs" => langs().map(|l| format!("[{}]", l.join(", "))),
+                "python" => langs().map(|l| yes_no(l.iter().any(|l| l == "python"))),
+                _ => langs().map(|l| yes_no(l.iter().any(|l| l == "node"))),
+            };
+            match from_schema {
+                Some(v) => v,
+                None => return o.probed.get(feature).cloned(),
+            }
         }
-        _ => return None,
+        _ => return o.probed.get(feature).cloned(),
     };
     let how = match feature {
         "error_envelope" => format!("observed: {}", o.envelope.evidence),
-        "inject_guidance_hook" => "observed: whether <prefix>::inject-guidance is published".into(),
         _ => "observed in the run schemas (engine::functions::info)".into(),
     };
     Some((v, how))
@@ -326,20 +244,20 @@ pub(crate) fn render(
         y,
         "# written by `code-runner-conformance profile`. Review every value:"
     );
-    let _ = writeln!(y, "# - `observed:` values were read off the live worker;");
-    let _ = writeln!(
-        y,
-        "# - `seed 000 default` values cannot be seen from outside: they are"
-    );
-    let _ = writeln!(
-        y,
-        "#   what seed 000 says, so change them where your worker differs;"
-    );
-    let _ = writeln!(
-        y,
-        "# - commented-out values are ones the seeds leave open: state yours to"
-    );
-    let _ = writeln!(y, "#   run the `profile`-level cases that need them.");
+    for line in [
+        "# - `observed:` values were read off the live worker (its listing, its",
+        "#   schemas, a few cheap probe calls whose traces it removed again);",
+        "# - `seed 000 default` values cannot be seen from outside: they are what",
+        "#   seed 000 says, so change them where your worker differs;",
+        "# - `suite contract default` values are docs/contract.md's answer where",
+        "#   seed 000 leaves one open and nothing can be seen from outside;",
+        "# - commented-out values are ones no document settles: state yours to",
+        "#   run the `profile`-level cases that need them.",
+        "# A profile value refines what a `recommended` case checks; it never",
+        "# turns one off.",
+    ] {
+        let _ = writeln!(y, "{line}");
+    }
     let _ = writeln!(y, "name: {name}");
     let _ = writeln!(y, "prefix: {prefix}");
     let _ = writeln!(
@@ -353,7 +271,7 @@ pub(crate) fn render(
     if !o.published.extra.is_empty() {
         let _ = writeln!(
             y,
-            "# also published, not a function the suite knows: {}",
+            "# also published (no case of the suite calls it): {}",
             o.published.extra.join(", ")
         );
     }
@@ -367,7 +285,15 @@ pub(crate) fn render(
                 y,
                 "  {f}:\n    value: {v}\n    source: {}",
                 quote(&format!(
-                    "seed 000 default (not observable from outside): {why}"
+                    "seed 000 default (not observed from outside): {why}"
+                ))
+            );
+        } else if let Some((_, v, why)) = CONTRACT_DEFAULTS.iter().find(|(k, _, _)| k == f) {
+            let _ = writeln!(
+                y,
+                "  {f}:\n    value: {v}\n    source: {}",
+                quote(&format!(
+                    "suite contract default (seed 000 leaves it open; not observable from outside): {why}"
                 ))
             );
         } else {

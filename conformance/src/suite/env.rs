@@ -1,7 +1,7 @@
 //! Where cases run: the engine, the daemon, the worker process, and the
 //! suite's own client.
 //!
-//! - **hermetic**: the bench in-process (stand-in engine + iii-sandbox
+//! - **hermetic**: the stand-in stack in-process (stand-in engine + iii-sandbox
 //!   double) and the worker spawned from `--worker-cmd`;
 //! - **live** (`--engine ws://…`): a running engine where the target is
 //!   already connected; only the client is ours;
@@ -163,7 +163,7 @@ impl Env {
         }
     }
 
-    /// The bench in-process and the worker spawned.
+    /// The stand-in stack in-process and the worker spawned.
     /// `layout` says whether guests get a gated listener (a target whose
     /// profile declares `guest_listener`) or the main listener itself.
     pub(crate) async fn hermetic(

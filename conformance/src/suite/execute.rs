@@ -73,6 +73,20 @@ pub(super) async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
         result.skipped = Some(why);
         return result;
     }
+    // The stand-ins cannot model what the case is about: a skip naming the fix,
+    // never a failure charged to the worker.
+    if let (Some(gap), true) = (ctx.stand_in_gap, !case.stand_in.is_empty()) {
+        result.skipped = Some(gap.to_string());
+        return result;
+    }
+    // A profile value the worker cannot honour was diagnosed at the start.
+    if let Some(why) = ctx.fit.blocks(case) {
+        result.failure = Some(why);
+        return result;
+    }
+    let target = &ctx.loaded.target;
+    let refined = case.refined(&|req| target.check(req).is_ok());
+    let case = &refined;
     // A function the profile lists but the target does not publish fails
     // the cases that need it, and only those.
     let needed = published::triggered(&case.all_steps());
@@ -218,6 +232,18 @@ pub(super) async fn run_schema(ctx: &Context<'_>, function: &str) -> JobResult {
         } else {
             result.notes.push(format!("blessed {}", path.display()));
         }
+        result.duration = started.elapsed();
+        return result;
+    }
+    // A target nobody has taken schema snapshots of yet: nothing to compare.
+    let dir = ctx.loaded.golden.schemas().join(&ctx.loaded.target.name);
+    if !dir.is_dir() {
+        result.skipped = Some(format!(
+            "no schema snapshots for target `{}` yet ({} is missing): take them with `code-runner-conformance run --target {} --bless-schemas` (plus this run's mode flags), review and commit them",
+            ctx.loaded.target.name,
+            dir.display(),
+            ctx.loaded.target.name
+        ));
         result.duration = started.elapsed();
         return result;
     }

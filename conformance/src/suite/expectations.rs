@@ -100,6 +100,14 @@ impl Expectations {
         Ok(e)
     }
 
+    /// The listed case ids, in file order.
+    pub fn cases(&self) -> Vec<&str> {
+        self.expected_failures
+            .iter()
+            .map(|e| e.case.as_str())
+            .collect()
+    }
+
     /// The reason a case is listed, if it is.
     pub(crate) fn reason(&self, case: &str) -> Option<&str> {
         self.expected_failures

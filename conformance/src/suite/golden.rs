@@ -80,7 +80,8 @@ pub fn load(
         case::load_cases(&golden.cases(), SUITE_VERSION).map_err(SuiteError::golden_load)?;
     let known = target::known_features(&all);
     for c in &cases {
-        for r in &c.requires {
+        let refinements = c.refinements();
+        for r in c.requires.iter().chain(&refinements) {
             let f = target::requirement_feature(r);
             if !known.contains(f) {
                 return Err(g(format!(

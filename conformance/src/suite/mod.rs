@@ -22,6 +22,7 @@ pub mod env;
 pub mod errors;
 mod execute;
 pub mod expectations;
+mod fit;
 mod golden;
 mod load_error;
 pub use load_error::LoadError;
@@ -97,7 +98,7 @@ impl From<EnvError> for SuiteError {
 /// Where the suite runs.
 #[derive(Debug, Clone)]
 pub enum Mode {
-    /// The bench in-process; the worker spawned (default: the workspace's,
+    /// The stand-in stack in-process; the worker spawned (default: the workspace's,
     /// rebuilt first when the sources changed).
     Hermetic { worker_cmd: Option<WorkerCommand> },
     /// A running engine where the target is already connected.
@@ -222,8 +223,37 @@ struct Context<'a> {
     guest: Option<crate::standin::stack::GuestGate>,
     functions: Vec<String>,
     published: published::Published,
+    /// How the profile fits the worker (diagnosed once, at the start).
+    fit: fit::Fit,
+    /// Why the stand-ins cannot model a sandbox network here, if they cannot.
+    stand_in_gap: Option<&'static str>,
     observed: Mutex<Vec<(String, Observed)>>,
     bless: bool,
+}
+
+/// What the target publishes under `prefix` against its profile, and every
+/// id the engine lists there (internal ones included).
+async fn observe_published(
+    env: &Env,
+    prefix: &str,
+    target: &Target,
+) -> (published::Published, BTreeSet<String>) {
+    let functions: Vec<String> = target
+        .functions
+        .iter()
+        .map(|f| format!("{prefix}::{f}"))
+        .collect();
+    let present = env::functions_present(&env.client, &functions)
+        .await
+        .unwrap_or_default();
+    let mut seen: BTreeSet<String> = present.into_iter().collect();
+    if let Some(listed) = published::listed_under(&env.client, prefix).await {
+        seen.extend(listed);
+    }
+    (
+        published::Published::compare(prefix, &target.functions, &seen),
+        seen,
+    )
 }
 
 /// Runs the suite.
@@ -280,71 +310,27 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         Mode::EngineBin { bin, .. } => Some(bin.clone()),
         _ => None,
     };
-    // A worker that gates its guests gets the layout its operator would
-    // run: main listener host-only, guests on an RBAC listener (with its
-    // middleware and trigger hook when the profile declares
-    // `guest_tenancy`). Any other worker gets the engine's default, one
-    // listener its guests can reach.
-    let layout = if loaded.target.check("guest_listener").is_ok() {
-        let tenancy = loaded.target.check("guest_tenancy").is_ok();
-        crate::standin::stack::ListenerLayout::guarded(&prefix, 0, tenancy)
-    } else {
-        crate::standin::stack::ListenerLayout::open()
-    };
-    let (env, worker_cmd, private_ok) = match &opts.mode {
-        Mode::EngineBin { bin, worker_cmd } => {
-            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment(EnvError::Failed("no worker command".into()))
-            })?;
-            (
-                Env::engine_bin(bin, &cmd, functions.clone(), layout.guest.as_ref()).await?,
-                Some(cmd),
-                Ok(()),
-            )
-        }
-        Mode::Hermetic { worker_cmd } => {
-            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment(EnvError::Failed("no worker command".into()))
-            })?;
-            (
-                Env::hermetic(&cmd, functions.clone(), layout.clone()).await?,
-                Some(cmd),
-                Ok(()),
-            )
-        }
-        Mode::Live { url } => (
-            Env::live(url, functions.clone()).await?,
-            None,
-            Err("needs a private environment (its own engine, daemon and worker process); live mode cannot provide one".to_string()),
-        ),
-        Mode::EngineImage {
-            image,
-            port,
-            worker_cmd,
-        } => {
-            let cmd = worker_cmd.clone().or(default_cmd).ok_or_else(|| {
-                SuiteError::Environment(EnvError::Failed("no worker command".into()))
-            })?;
-            (
-                Env::engine_image(image, *port, &cmd, functions.clone()).await?,
-                None,
-                Err("needs a private environment; those run on the stand-in engine (use --hermetic)".to_string()),
-            )
-        }
-    };
+    let wanted = fit::wanted_layout(&loaded.target, &prefix);
+    let (mut env, mut worker_cmd, mut private_ok) =
+        fit::start_env(&opts.mode, default_cmd.as_ref(), &functions, &wanted).await?;
 
     // What the target publishes against its profile, and its envelope.
-    let present = env::functions_present(&env.client, &functions)
-        .await
-        .unwrap_or_default();
-    let mut seen: BTreeSet<String> = present.into_iter().collect();
-    if let Some(listed) = published::listed_under(&env.client, &prefix).await {
-        seen.extend(listed);
+    let (mut published, listed) = observe_published(&env, &prefix, &loaded.target).await;
+    // A profile that does not fit its worker is diagnosed once, here; where
+    // the mode allows, the environment is laid out again as the worker can
+    // use it, so the rest of the run does not time out on it.
+    let fit = fit::Fit::check(&loaded.target, &prefix, &listed);
+    let layout = fit.layout(&wanted, &prefix);
+    if !fit.misfits.is_empty() && fit::relayable(&opts.mode) {
+        env.shutdown().await;
+        (env, worker_cmd, private_ok) =
+            fit::start_env(&opts.mode, default_cmd.as_ref(), &functions, &layout).await?;
+        (published, _) = observe_published(&env, &prefix, &loaded.target).await;
     }
-    let published = published::Published::compare(&prefix, &loaded.target.functions, &seen);
     let probe = published::probe_envelope(&env.client, &prefix, &published).await;
     if opts.progress {
         eprint!("{}", published.render(&prefix, &probe));
+        eprint!("{}", fit.render());
     }
     // Private environments wait for what the target actually publishes.
     let functions: Vec<String> = published
@@ -352,6 +338,12 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         .iter()
         .map(|f| format!("{prefix}::{f}"))
         .collect();
+    // What the stand-ins cannot model on this host (live mode runs on the
+    // real daemon).
+    let stand_in_gap = match &opts.mode {
+        Mode::Live { .. } => None,
+        _ => crate::standin::sandbox_double::network::unmodelled(),
+    };
 
     let ctx = Context {
         loaded: &loaded,
@@ -363,6 +355,8 @@ pub async fn run(opts: SuiteOptions) -> Result<Report, SuiteError> {
         guest: layout.guest.clone(),
         functions,
         published,
+        fit,
+        stand_in_gap,
         observed: Mutex::new(Vec::new()),
         bless: opts.bless_schemas,
     };

@@ -7,6 +7,13 @@
 //! - `name=value`: the feature's value, as text, equals `value`;
 //! - `name<=n` / `name>=n`: the feature is a number within that bound (an
 //!   implementation-defined bound such as an idle-TTL floor).
+//!
+//! Some features say how well a target does something the suite checks
+//! (its output caps, its validation, its limits) rather than what the
+//! target is (its languages, its contract's variant, its surfaces):
+//! [`REFINES_ONLY`]. A `recommended` case never names those in `requires`,
+//! so a profile cannot turn its check off; it names them in a step's
+//! `refine`, which adds the exact figure where the profile states it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -68,6 +75,33 @@ fn text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
+}
+
+/// Features that only refine checks: a `recommended` case may not be gated
+/// on them (see the module docs). `profile` cases still require them.
+pub const REFINES_ONLY: &[&str] = &[
+    "stream_cap_bytes",
+    "handler_checked_at_registration",
+    "request_limits",
+    "failed_keep_returns_runtime_id",
+    "secret_redaction",
+    "bus_wide_id_check",
+    "async_python_handler",
+    "unknown_config_keys_refused",
+    "timeout_clamp_default_path",
+    "timeout_zero_is_default",
+    "idle_ttl_floor_secs",
+    "code_max_bytes",
+    "source_max_bytes",
+    "description_max_bytes",
+    "functions_per_runtime_max",
+    "namespace_max_bytes",
+    "function_name_max_bytes",
+];
+
+/// Whether `feature` only refines checks ([`REFINES_ONLY`]).
+pub fn refines_only(feature: &str) -> bool {
+    REFINES_ONLY.contains(&feature)
 }
 
 /// The feature a requirement names.

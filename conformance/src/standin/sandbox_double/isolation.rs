@@ -145,6 +145,9 @@ impl Isolation {
             self.state.join(format!("image-{image}")),
             &self.layout,
         )?);
+        if let Err(e) = super::presets::apply(image, &layer) {
+            tracing::warn!(image, error = %e, "the {image} image lacks some of its preset's contents");
+        }
         layers.insert(image.to_string(), layer.clone());
         Ok(layer)
     }

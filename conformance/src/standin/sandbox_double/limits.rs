@@ -1,5 +1,5 @@
 //! Operator-side limits of the daemon double, and the `--sandbox-*` flags that
-//! set them. Defaults are the real daemon's, so a bench left alone behaves
+//! set them. Defaults are the real daemon's, so a double left alone behaves
 //! like an unconfigured daemon; tests shrink them to reap or time out in
 //! seconds.
 

@@ -7,7 +7,8 @@
 //! - `error`: the S-code envelope.
 //! - `registry`: the sandbox table, idle clock, stop sequence and reaper.
 //! - `isolation`: namespaced process spawning on per-sandbox scratch roots.
-//! - `image_layer`: each image's one shared writable rootfs layer.
+//! - `image_layer`: each image's one shared writable rootfs layer; `presets`:
+//!   what the python and node images hold beyond the host's `/usr` and `/etc`.
 //! - `private_tmpfs`: where sandboxes' private directories live (tmpfs, like the daemon's).
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
@@ -22,6 +23,7 @@ pub(crate) mod isolation;
 pub(crate) mod lifecycle;
 pub(crate) mod limits;
 pub mod network;
+pub(crate) mod presets;
 pub mod private_tmpfs;
 pub(crate) mod registry;
 pub(crate) mod run;

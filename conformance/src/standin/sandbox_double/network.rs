@@ -14,6 +14,9 @@
 //!
 //! Without `slirp4netns` on the host the double falls back to sharing the
 //! host's network (the gateway is then 127.0.0.1 itself) and says so once.
+//! It then cannot model the gateway (guests reach every host loopback
+//! address, 127.0.0.2 included): [`unmodelled`] says so, with the fix, and
+//! the suite skips the cases and the tests that depend on it.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -42,6 +45,27 @@ fn slirp_binary() -> Option<&'static str> {
         }
         found
     })
+}
+
+/// What the double cannot model on this host, with the fix: `None` when
+/// `network:true` sandboxes get their own network behind the gateway.
+pub fn unmodelled() -> Option<&'static str> {
+    slirp_binary().is_none().then_some(
+        "the sandbox double cannot model the daemon's sandbox gateway on this host: \
+         slirp4netns is not installed (apt-get install slirp4netns), so network:true \
+         sandboxes share the host's network and reach every host loopback address",
+    )
+}
+
+/// The address a `network:true` guest reaches the host's 127.0.0.1 at on
+/// this host: [`GATEWAY`], or 127.0.0.1 itself where the double shares the
+/// host's network.
+pub fn gateway() -> &'static str {
+    if slirp_binary().is_some() {
+        GATEWAY
+    } else {
+        SHARED_GATEWAY
+    }
 }
 
 /// One sandbox's network: its namespace and the slirp4netns serving it.

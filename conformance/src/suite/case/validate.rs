@@ -30,6 +30,16 @@ pub(super) fn validate_step(s: &Step, private: bool) -> Result<(), String> {
     if s.parallel.is_some() && (s.expect.is_some() || !s.capture.is_empty()) {
         return Err("a parallel step has no expect or capture of its own".into());
     }
+    for (req, m) in &s.refine {
+        if req.trim().is_empty() || req.starts_with("!=") {
+            return Err(format!("refine: bad requirement `{req}`"));
+        }
+        if s.expect.as_ref().is_none_or(|e| e.response.is_none()) {
+            return Err("refine adds to `expect.response`, which the step lacks".into());
+        }
+        Matcher::parse(&StandIn.fill(m), &Vars::new())
+            .map_err(|e| format!("refine `{req}`: bad matcher: {e}"))?;
+    }
     for p in s.capture.values() {
         if !(p.is_empty() || p.starts_with('/')) {
             return Err(format!("capture `{p}` is not a JSON pointer"));
