@@ -233,4 +233,12 @@ mod tests {
         );
         assert_eq!(parse_packed(&out("not json", 0)), None);
     }
+
+    #[test]
+    fn the_digest_is_lowercase_hex_sha256() {
+        assert_eq!(
+            hex_sha256(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

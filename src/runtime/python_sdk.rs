@@ -327,16 +327,3 @@ fn tail(s: &str) -> String {
     }
     s[start..].to_string()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_digest_is_lowercase_hex_sha256() {
-        assert_eq!(
-            crate::python_sdk::hex_sha256(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-}
