@@ -177,7 +177,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
     functions::publish_ui(bus.as_ref());
     sandbox_code_runner::events::provide_over_sdk(&client, manager.events().clone());
     let settings = Settings::new(bus.clone());
-    settings.publish();
+    functions::settings::publish(bus.as_ref(), &settings);
 
     // SIGTERM is honoured from here on, whatever the boot is waiting for.
     let signal = stop_signal::stop_requested();

@@ -9,8 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::bus::{Bus, FunctionSpec, Handler, TriggerBinding};
-use crate::error::WorkerError;
+use crate::bus::{Bus, TriggerBinding};
 
 /// The configuration entry id.
 pub(crate) const ENTRY_ID: &str = "sandbox-code-runner";
@@ -165,47 +164,6 @@ impl Settings {
             }
             _ => {}
         }
-    }
-
-    /// Publishes the internal functions.
-    pub fn publish(self: &Arc<Self>) {
-        let me = self.clone();
-        let guidance: Handler = Arc::new(move |req: Value| {
-            let me = me.clone();
-            Box::pin(async move { Ok(guidance_mutation(me.current().inject_guidance, &req)) })
-        });
-        self.bus.publish(
-            FunctionSpec {
-                id: GUIDANCE_FN.into(),
-                description: Some("Internal: appends sandbox-code-runner usage guidance to an agent's system prompt.".into()),
-                request_format: Some(crate::wire::schema_of::<PreGenerateEvent>()),
-                response_format: Some(crate::wire::schema_of::<PreGenerateResponse>()),
-                metadata: Some(json!({"internal": true})),
-            },
-            guidance,
-        );
-        let me = self.clone();
-        let on_change: Handler = Arc::new(move |event: Value| {
-            let me = me.clone();
-            Box::pin(async move {
-                if event.get("id").and_then(Value::as_str) == Some(ENTRY_ID) {
-                    me.apply(event.get("new_value").unwrap_or(&Value::Null));
-                }
-                Ok::<Value, WorkerError>(json!({"ok": true}))
-            })
-        });
-        self.bus.publish(
-            FunctionSpec {
-                id: ON_CHANGE_FN.into(),
-                description: Some(
-                    "Internal: hot-applies sandbox-code-runner settings on change.".into(),
-                ),
-                request_format: Some(crate::wire::schema_of::<OnConfigChangeRequest>()),
-                response_format: Some(crate::wire::schema_of::<OnConfigChangeResponse>()),
-                metadata: Some(json!({"internal": true})),
-            },
-            on_change,
-        );
     }
 
     /// Registers the entry, subscribes to its changes and applies the stored

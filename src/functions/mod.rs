@@ -7,6 +7,7 @@ pub(crate) mod handler_call;
 pub mod list_runtimes;
 pub mod register;
 pub mod run;
+pub mod settings;
 pub mod teardown;
 
 use std::future::Future;
