@@ -19,11 +19,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{encode, register, run, teardown, REGISTER_FUNCTION, RUN, TEARDOWN};
+use super::{serve_as, OWN};
 use crate::bus::{Bus, FunctionSpec, Handler, Routing};
 use crate::error::WorkerError;
 use crate::guest_access::{GuestTokens, GUEST_MIDDLEWARE};
-use crate::metering::metered;
 use crate::runtime::Manager;
 use crate::tenancy::Caller;
 
@@ -69,46 +68,21 @@ fn routing(action: Option<&Value>) -> Result<Routing, WorkerError> {
     }
 }
 
-/// This worker's three public functions, served for `caller`.
-async fn serve_own(
-    m: Arc<Manager>,
-    caller: Caller,
-    function_id: &str,
-    payload: Value,
-) -> Result<Value, WorkerError> {
-    let stats = m.stats();
-    match function_id {
-        RUN => encode(metered(&stats.run, run::handle(&m, &caller, payload)).await?),
-        REGISTER_FUNCTION => encode(
-            metered(
-                &stats.register_function,
-                register::handle(&m, &caller, payload),
-            )
-            .await?,
-        ),
-        TEARDOWN => encode(metered(&stats.teardown, teardown::handle(&m, &caller, payload)).await?),
-        other => Err(WorkerError::Engine(format!(
-            "{other} is not served in-process"
-        ))),
-    }
-}
-
 /// One guest call, decided.
 async fn gate(m: Arc<Manager>, bus: Arc<dyn Bus>, input: Value) -> Result<Value, WorkerError> {
     let input: MiddlewareInput = crate::wire::decode(input)?;
     let guest = GuestTokens::guest_of(input.context.as_ref())?;
     let routing = routing(input.action.as_ref())?;
     let namespace = input.namespace.filter(|ns| ns != "default");
-    let own = namespace.is_none()
-        && [RUN, REGISTER_FUNCTION, TEARDOWN].contains(&input.function_id.as_str());
+    let own = namespace.is_none() && OWN.contains(&input.function_id.as_str());
     if own {
         let caller = Caller::Guest(guest);
         return match routing {
-            Routing::Wait => serve_own(m, caller, &input.function_id, input.payload).await,
+            Routing::Wait => serve_as(&m, &caller, &input.function_id, input.payload).await,
             Routing::Void => {
                 let id = input.function_id;
                 tokio::spawn(async move {
-                    if let Err(e) = serve_own(m, caller, &id, input.payload).await {
+                    if let Err(e) = serve_as(&m, &caller, &id, input.payload).await {
                         tracing::debug!(function_id = %id, code = %e.code(), "a guest's void call failed");
                     }
                 });

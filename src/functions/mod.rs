@@ -30,7 +30,7 @@ fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
 }
 
 /// A bus handler that meters `f` as one operation of `totals` and encodes
-/// its answer: what the three public functions share.
+/// its answer (the inventory's handler).
 fn metered_handler<T, F, Fut>(manager: &Arc<Manager>, totals: Arc<OpTotals>, f: F) -> Handler
 where
     T: Serialize,
@@ -45,32 +45,49 @@ where
     })
 }
 
+/// The worker's three public functions, the ones [`serve_as`] serves.
+pub(crate) const OWN: [&str; 3] = [RUN, REGISTER_FUNCTION, TEARDOWN];
+
+/// One of [`OWN`], decoded, metered as one operation of its kind and
+/// encoded, for `caller`: what the main listener's handlers and the guest
+/// middleware both serve.
+pub(crate) async fn serve_as(
+    m: &Manager,
+    caller: &Caller,
+    function_id: &str,
+    payload: Value,
+) -> Result<Value, WorkerError> {
+    let stats = m.stats();
+    match function_id {
+        RUN => encode(metered(&stats.run, run::handle(m, caller, payload)).await?),
+        REGISTER_FUNCTION => encode(
+            metered(
+                &stats.register_function,
+                register::handle(m, caller, payload),
+            )
+            .await?,
+        ),
+        TEARDOWN => encode(metered(&stats.teardown, teardown::handle(m, caller, payload)).await?),
+        other => Err(WorkerError::Engine(format!(
+            "{other} is not one of the worker's own functions"
+        ))),
+    }
+}
+
 /// Publishes the three functions, with their schemas, the internal stats
 /// and the guest listener's auth function and registration hook.
 pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
     guest_auth::publish(bus, manager);
     guest_gate::publish(bus, manager);
     let stats = manager.stats();
-    bus.publish(
-        run::spec(),
-        metered_handler(manager, stats.run.clone(), |m, p| async move {
-            run::handle(&m, &Caller::Trusted, p).await
-        }),
-    );
-    bus.publish(
-        register::spec(),
-        metered_handler(
-            manager,
-            stats.register_function.clone(),
-            |m, p| async move { register::handle(&m, &Caller::Trusted, p).await },
-        ),
-    );
-    bus.publish(
-        teardown::spec(),
-        metered_handler(manager, stats.teardown.clone(), |m, p| async move {
-            teardown::handle(&m, &Caller::Trusted, p).await
-        }),
-    );
+    for spec in [run::spec(), register::spec(), teardown::spec()] {
+        let (m, id) = (manager.clone(), spec.id.clone());
+        let handler: Handler = Arc::new(move |p| {
+            let (m, id) = (m.clone(), id.clone());
+            Box::pin(async move { serve_as(&m, &Caller::Trusted, &id, p).await })
+        });
+        bus.publish(spec, handler);
+    }
 
     bus.publish(
         list_runtimes::spec(),
