@@ -126,74 +126,87 @@ impl From<TenantRefusal> for WorkerError {
     }
 }
 
+/// How many slots of one kind (VMs, or calls in flight) each lineage holds.
+#[derive(Default)]
+struct Counter(Mutex<HashMap<Lineage, usize>>);
+
+impl Counter {
+    /// One more slot for `lineage`, unless it holds `limit` already.
+    fn take(self: &Arc<Self>, lineage: &Lineage, limit: usize) -> Option<Permit> {
+        let mut held = lock(&self.0);
+        let n = held.entry(lineage.clone()).or_default();
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(Permit {
+            lineage: lineage.clone(),
+            counter: self.clone(),
+        })
+    }
+
+    fn held(&self, lineage: &Lineage) -> usize {
+        lock(&self.0).get(lineage).copied().unwrap_or(0)
+    }
+}
+
+/// One slot of a lineage's budget; given back when dropped.
+pub struct Permit {
+    lineage: Lineage,
+    counter: Arc<Counter>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut held = lock(&self.counter.0);
+        if let Some(n) = held.get_mut(&self.lineage) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.lineage);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Permit")
+    }
+}
+
+/// One VM of a lineage's budget.
+pub type RunPermit = Permit;
+/// One guest call in flight to a published handler.
+pub type CallPermit = Permit;
+
 /// The per-lineage budget. Cheap to share.
 pub struct Tenants {
     limits: TenantLimits,
-    held: Mutex<HashMap<Lineage, usize>>,
+    /// VMs started by each lineage's guests.
+    held: Arc<Counter>,
     /// Guest calls in flight to this worker's published handlers, per
     /// lineage: each namespace runtime serves one call at a time, so one
     /// tenant queueing many would stall another's calls behind them.
-    calls: Mutex<HashMap<Lineage, usize>>,
+    calls: Arc<Counter>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One VM of a lineage's budget; returned when dropped.
-pub struct RunPermit {
-    lineage: Lineage,
-    tenants: Arc<Tenants>,
-}
-
-/// One guest call in flight to a published handler; returned when dropped.
-pub struct CallPermit {
-    lineage: Lineage,
-    tenants: Arc<Tenants>,
-}
-
-impl Drop for CallPermit {
-    fn drop(&mut self) {
-        release(&self.tenants.calls, &self.lineage);
-    }
-}
-
-/// Gives one slot of `lineage` back in `map`.
-fn release(map: &Mutex<HashMap<Lineage, usize>>, lineage: &Lineage) {
-    let mut held = lock(map);
-    if let Some(n) = held.get_mut(lineage) {
-        *n -= 1;
-        if *n == 0 {
-            held.remove(lineage);
-        }
-    }
-}
-
-impl std::fmt::Debug for RunPermit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RunPermit")
-    }
-}
-
-impl Drop for RunPermit {
-    fn drop(&mut self) {
-        release(&self.tenants.held, &self.lineage);
-    }
-}
-
 impl Tenants {
     pub fn new(limits: TenantLimits) -> Arc<Tenants> {
         Arc::new(Tenants {
             limits,
-            held: Mutex::new(HashMap::new()),
-            calls: Mutex::new(HashMap::new()),
+            held: Arc::default(),
+            calls: Arc::default(),
         })
     }
 
     /// Admits a new VM for `caller`: a trusted caller roots a fresh lineage
     /// and is never counted; a guest's VM joins its lineage one level
     /// deeper, within both limits.
-    pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admission, TenantRefusal> {
+    pub fn admit(&self, caller: &Caller) -> Result<Admission, TenantRefusal> {
         let g = match caller {
             Caller::Trusted => {
                 return Ok(Admission {
@@ -211,50 +224,36 @@ impl Tenants {
                 limit: self.limits.max_depth,
             });
         }
-        let mut held = lock(&self.held);
-        let n = held.entry(g.lineage.clone()).or_default();
-        if *n >= self.limits.max_concurrent_runs {
-            return Err(TenantRefusal::Concurrency {
-                limit: self.limits.max_concurrent_runs,
-            });
-        }
-        *n += 1;
+        let limit = self.limits.max_concurrent_runs;
+        let permit = self
+            .held
+            .take(&g.lineage, limit)
+            .ok_or(TenantRefusal::Concurrency { limit })?;
         Ok(Admission {
             lineage: g.lineage.clone(),
             depth,
             owner: Some(g.lineage.clone()),
-            permit: Some(RunPermit {
-                lineage: g.lineage.clone(),
-                tenants: self.clone(),
-            }),
+            permit: Some(permit),
         })
     }
 
     /// Admits one more call of `guest` to a published handler, within the
     /// same bound as its VMs.
-    pub fn admit_call(self: &Arc<Self>, guest: &Guest) -> Result<CallPermit, TenantRefusal> {
-        let mut calls = lock(&self.calls);
-        let n = calls.entry(guest.lineage.clone()).or_default();
-        if *n >= self.limits.max_concurrent_runs {
-            return Err(TenantRefusal::Calls {
-                limit: self.limits.max_concurrent_runs,
-            });
-        }
-        *n += 1;
-        Ok(CallPermit {
-            lineage: guest.lineage.clone(),
-            tenants: self.clone(),
-        })
+    pub fn admit_call(&self, guest: &Guest) -> Result<CallPermit, TenantRefusal> {
+        let limit = self.limits.max_concurrent_runs;
+        self.calls
+            .take(&guest.lineage, limit)
+            .ok_or(TenantRefusal::Calls { limit })
     }
 
     /// VMs `lineage` holds now (for tests and leak checks).
     pub fn held(&self, lineage: &Lineage) -> usize {
-        lock(&self.held).get(lineage).copied().unwrap_or(0)
+        self.held.held(lineage)
     }
 
     /// Lineages holding anything (for tests and leak checks).
     pub fn active(&self) -> usize {
-        lock(&self.held).len()
+        lock(&self.held.0).len()
     }
 }
 
