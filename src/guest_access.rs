@@ -117,6 +117,20 @@ struct Held {
     owner: Option<Lineage>,
 }
 
+/// The namespace of a hook input's `function_id`, unless it is one no guest
+/// may register in or aim a binding at.
+fn unreserved_namespace(input: &Value) -> Result<&str, GuestRefusal> {
+    let id = input
+        .get("function_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = id.split_once("::").map_or(id, |(ns, _)| ns);
+    if RESERVED_NAMESPACES.contains(&namespace) {
+        return Err(GuestRefusal::Reserved(namespace.to_string()));
+    }
+    Ok(namespace)
+}
+
 /// The live tokens. Cheap to share.
 #[derive(Default)]
 pub struct GuestTokens {
@@ -285,14 +299,7 @@ impl GuestTokens {
     /// A binding that would let a trusted trigger provider call the
     /// daemon or this worker for the guest is refused outright.
     pub fn admit_trigger(&self, input: &Value) -> Result<Value, GuestRefusal> {
-        let target = input
-            .get("function_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let target_ns = target.split_once("::").map_or(target, |(ns, _)| ns);
-        if RESERVED_NAMESPACES.contains(&target_ns) {
-            return Err(GuestRefusal::Reserved(target_ns.to_string()));
-        }
+        unreserved_namespace(input)?;
         if input.get("trigger_type").and_then(Value::as_str) != Some(ids::EVENT_TRIGGER_TYPE) {
             return Ok(json!({}));
         }
@@ -307,14 +314,7 @@ impl GuestTokens {
 
     /// The registration hook: `{}` (keep everything) or a refusal.
     pub fn admit_registration(&self, input: &Value) -> Result<Value, GuestRefusal> {
-        let id = input
-            .get("function_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let namespace = id.split_once("::").map(|(ns, _)| ns).unwrap_or(id);
-        if RESERVED_NAMESPACES.contains(&namespace) {
-            return Err(GuestRefusal::Reserved(namespace.to_string()));
-        }
+        let namespace = unreserved_namespace(input)?;
         let context = input.get("context");
         let own = context
             .and_then(|c| c.get("namespace"))
