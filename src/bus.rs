@@ -114,7 +114,7 @@ pub trait Bus: Send + Sync + 'static {
             (Routing::Wait, None) => self.call(function_id, payload, timeout),
             _ => Box::pin(async {
                 Err(BusError::new(
-                    "UNSUPPORTED",
+                    UNSUPPORTED,
                     "this bus forwards plain calls in the default namespace only",
                 ))
             }),
@@ -137,7 +137,31 @@ pub trait Bus: Send + Sync + 'static {
         config: Value,
     ) -> Result<TriggerBinding, BusError>;
     fn unbind(&self, binding: TriggerBinding);
+    /// Streams `content` through a fresh data channel and answers the
+    /// reader end's ref, for a callee that reads it (`sandbox::fs::write`
+    /// takes one as `content`). A big file then travels as channel frames,
+    /// not as a call payload the callee's SDK records on its span. Buses
+    /// without channels answer `UNSUPPORTED`.
+    fn upload(
+        &self,
+        content: Arc<str>,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + '_>> {
+        drop(content);
+        Box::pin(async { Err(BusError::new(UNSUPPORTED, "this bus has no data channels")) })
+    }
 }
+
+/// The code of a bus feature a bus does not have.
+pub const UNSUPPORTED: &str = "UNSUPPORTED";
+
+/// The frames the SDK's channel writer sends are at most this long; the
+/// channel is made deep enough to hold a whole upload, so the writer never
+/// waits on a reader that is slow to connect (or never does).
+const CHANNEL_FRAME: usize = 64 * 1024;
+/// The engine's cap on a channel's depth, in frames.
+const MAX_CHANNEL_FRAMES: usize = 1024;
+/// How long an upload's writer may take before it gives up.
+const UPLOAD_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Whether anyone on the bus serves `function_id` already, by the engine's
 /// `engine::functions::info` (`NOT_FOUND` means free).
@@ -284,6 +308,40 @@ impl Bus for SdkBus {
         if let Some(h) = binding.handle {
             h.unregister();
         }
+    }
+
+    fn upload(
+        &self,
+        content: Arc<str>,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, BusError>> + Send + '_>> {
+        Box::pin(async move {
+            let frames = content.len().div_ceil(CHANNEL_FRAME) + 1;
+            if frames > MAX_CHANNEL_FRAMES {
+                return Err(BusError::new(
+                    UNSUPPORTED,
+                    format!("{} bytes do not fit one data channel", content.len()),
+                ));
+            }
+            let channel = iii_sdk::helpers::create_channel(&self.client, Some(frames)).await?;
+            let reader = serde_json::to_value(&channel.reader_ref)
+                .map_err(|e| BusError::new("SDK", e.to_string()))?;
+            let writer = channel.writer;
+            tokio::spawn(async move {
+                let wrote = tokio::time::timeout(UPLOAD_DEADLINE, async {
+                    writer.write(content.as_bytes()).await?;
+                    writer.close().await
+                })
+                .await;
+                match wrote {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "writing an upload's data channel failed")
+                    }
+                    Err(_) => tracing::warn!("writing an upload's data channel timed out"),
+                }
+            });
+            Ok(reader)
+        })
     }
 
     fn unpublish(&self, function_id: &str) {

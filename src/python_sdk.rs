@@ -51,8 +51,21 @@ pub(crate) struct Archive {
     pub(crate) key: String,
     pub(crate) sha256: String,
     pub(crate) size: usize,
-    /// The archive as base64 text chunks of [`SLICE`] raw bytes, ready to plant.
-    pub(crate) chunks: Vec<Arc<str>>,
+    /// The archive as base64 text, ready to plant: whole through a data
+    /// channel, or in [`Archive::chunks`] inline.
+    pub(crate) text: Arc<str>,
+}
+
+impl Archive {
+    /// The text in pieces of [`SLICE`] raw bytes each (base64 is ASCII, so
+    /// every cut is a char boundary), for a bus without data channels.
+    pub(crate) fn chunks(&self) -> Vec<&str> {
+        let piece = SLICE / 3 * 4;
+        (0..self.text.len())
+            .step_by(piece)
+            .map(|at| &self.text[at..(at + piece).min(self.text.len())])
+            .collect()
+    }
 }
 
 /// What the python SDK work cost, worker-wide.
@@ -180,7 +193,7 @@ mod tests {
             key: key.into(),
             sha256: format!("{key:0>64}"),
             size: 3,
-            chunks: vec![Arc::from("YWJj")],
+            text: Arc::from("YWJj"),
         }
     }
 

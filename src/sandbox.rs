@@ -4,13 +4,14 @@
 //! kept, and their meaning to the worker is a typed [`Outcome`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use crate::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError, UNSUPPORTED};
 
 /// What the engine says when no worker serves `sandbox::*`.
 pub const INSTALL_HINT: &str =
@@ -186,16 +187,51 @@ pub trait SandboxApi: Send + Sync + 'static {
         path: &str,
         content: &str,
     ) -> Result<(), SandboxError>;
+    /// Writes a big file through a data channel, so the call's payload (and
+    /// the span the daemon's SDK records of it) stays a few hundred bytes.
+    /// `NoChannels`: nothing was written; write it inline instead.
+    async fn write_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: Arc<str>,
+    ) -> Result<Streamed, SandboxError> {
+        let _ = (sandbox_id, path, content);
+        Ok(Streamed::NoChannels)
+    }
+}
+
+/// How a streamed write went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streamed {
+    Written,
+    /// The bus has no data channels (or could not open one just now).
+    NoChannels,
+}
+
+/// `sandbox::fs::write`'s payload, with `content` a string or a channel ref.
+fn write_payload(sandbox_id: &str, path: &str, content: Value) -> Value {
+    json!({
+        "sandbox_id": sandbox_id,
+        "path": path,
+        "content": content,
+        "parents": true,
+    })
 }
 
 /// `sandbox::*` over the bus.
 pub struct BusSandbox {
     bus: Arc<dyn Bus>,
+    /// Cleared for good once the bus shows it has no data channels.
+    channels: AtomicBool,
 }
 
 impl BusSandbox {
     pub fn new(bus: Arc<dyn Bus>) -> BusSandbox {
-        BusSandbox { bus }
+        BusSandbox {
+            bus,
+            channels: AtomicBool::new(true),
+        }
     }
 
     async fn call(
@@ -309,16 +345,39 @@ impl SandboxApi for BusSandbox {
     ) -> Result<(), SandboxError> {
         self.call(
             "sandbox::fs::write",
-            json!({
-                "sandbox_id": sandbox_id,
-                "path": path,
-                "content": content,
-                "parents": true,
-            }),
+            write_payload(sandbox_id, path, json!(content)),
             CONTROL_TIMEOUT,
         )
         .await
         .map(|_| ())
+    }
+
+    async fn write_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: Arc<str>,
+    ) -> Result<Streamed, SandboxError> {
+        if !self.channels.load(Ordering::Relaxed) {
+            return Ok(Streamed::NoChannels);
+        }
+        let reader = match self.bus.upload(content).await {
+            Ok(reader) => reader,
+            Err(e) => {
+                if e.code == UNSUPPORTED || e.code == "function_not_found" {
+                    self.channels.store(false, Ordering::Relaxed);
+                }
+                tracing::debug!(code = %e.code, "no data channel for a streamed write; writing inline");
+                return Ok(Streamed::NoChannels);
+            }
+        };
+        self.call(
+            "sandbox::fs::write",
+            write_payload(sandbox_id, path, reader),
+            CONTROL_TIMEOUT,
+        )
+        .await
+        .map(|_| Streamed::Written)
     }
 }
 

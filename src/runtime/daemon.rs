@@ -3,6 +3,7 @@
 //! VM it creates is in the transient ledger until a record takes it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::records::Runtime;
@@ -12,7 +13,7 @@ use crate::error::redact_uuids;
 use crate::guest_access::{TokenLease, TOKEN_ENV};
 use crate::ids::Lang;
 use crate::metering::{charge, charge_wait};
-use crate::sandbox::{CreateParams, ExecOutput, ExecParams, SandboxError};
+use crate::sandbox::{CreateParams, ExecOutput, ExecParams, SandboxError, Streamed};
 
 impl Manager {
     /// `p` with the guest's token in its env, when it has one.
@@ -126,5 +127,27 @@ impl Manager {
             self.sandbox.write_file(sandbox_id, path, content),
         )
         .await
+    }
+
+    /// A big file through a data channel (`NoChannels`: nothing was called
+    /// or written, so nothing is charged; write it inline).
+    pub(crate) async fn write_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        content: Arc<str>,
+    ) -> Result<Streamed, SandboxError> {
+        let bytes = content.len() as u64;
+        let start = Instant::now();
+        let out = self.sandbox.write_streamed(sandbox_id, path, content).await;
+        match out {
+            Ok(Streamed::NoChannels) => {}
+            Ok(Streamed::Written) => charge(1, bytes),
+            Err(_) => charge(1, 0),
+        }
+        if !matches!(out, Ok(Streamed::NoChannels)) {
+            charge_wait(start.elapsed());
+        }
+        out
     }
 }

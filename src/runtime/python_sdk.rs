@@ -17,7 +17,7 @@ use crate::python_sdk::{
     hex_sha256, nanos, parse_packed, Archive, ARCHIVE_PATH, CHUNK_DIR, MAX_ARCHIVE_BYTES,
     PARALLEL_WRITES, SLICE, UNPACK_KEY_DIFFERS,
 };
-use crate::sandbox::{ExecParams, SandboxError};
+use crate::sandbox::{ExecParams, SandboxError, Streamed};
 
 /// `python3 -c sdk_archive.py <args…>` with the SDK budget.
 fn archive_exec(args: &[&str], timeout_ms: u64) -> ExecParams {
@@ -123,34 +123,17 @@ impl Manager {
     async fn plant(&self, sandbox_id: &str, a: &Archive) -> Result<Planted, SandboxError> {
         let counters = &self.python_sdk().counters;
         let start = Instant::now();
-        let names: Vec<String> = (0..a.chunks.len())
-            .map(|i| format!("{CHUNK_DIR}/c{i}"))
-            .collect();
-        let mut writes = Vec::with_capacity(names.len());
-        for (chunks, names) in a
-            .chunks
-            .chunks(PARALLEL_WRITES)
-            .zip(names.chunks(PARALLEL_WRITES))
-        {
-            let batch = chunks
-                .iter()
-                .zip(names)
-                .map(|(c, name)| self.write_file(sandbox_id, name, c));
-            writes.extend(futures_util::future::join_all(batch).await);
-        }
-        for w in writes {
-            match w {
-                Err(e) if e.is_gone() => return Err(e),
-                Err(e) => {
-                    tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the python SDK archive failed; falling back to pip");
-                    counters.plant_failures.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Planted::Failed);
-                }
-                Ok(()) => {}
+        let pieces = match self.write_archive(sandbox_id, a).await {
+            Err(e) if e.is_gone() => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the python SDK archive failed; falling back to pip");
+                counters.plant_failures.fetch_add(1, Ordering::Relaxed);
+                return Ok(Planted::Failed);
             }
-        }
+            Ok(pieces) => pieces,
+        };
         let written = start.elapsed();
-        let n = a.chunks.len().to_string();
+        let n = pieces.to_string();
         let out = self
             .exec(
                 sandbox_id,
@@ -182,7 +165,7 @@ impl Manager {
         tracing::debug!(
             writes_ms = written.as_millis() as u64,
             unpack_ms = (start.elapsed() - written).as_millis() as u64,
-            chunks = a.chunks.len(),
+            pieces,
             "planted the python SDK archive"
         );
         match planted {
@@ -198,6 +181,38 @@ impl Manager {
             Planted::KeyDiffers(_) => {}
         }
         Ok(planted)
+    }
+
+    /// Writes the archive's text as `CHUNK_DIR/c0…`: whole through one data
+    /// channel, so no call payload (and no span of the daemon's) carries
+    /// megabytes; in [`SLICE`]-sized pieces inline on a bus without
+    /// channels. Answers how many pieces there are.
+    async fn write_archive(&self, sandbox_id: &str, a: &Archive) -> Result<usize, SandboxError> {
+        let whole = format!("{CHUNK_DIR}/c0");
+        if self
+            .write_streamed(sandbox_id, &whole, a.text.clone())
+            .await?
+            == Streamed::Written
+        {
+            return Ok(1);
+        }
+        let chunks = a.chunks();
+        let names: Vec<String> = (0..chunks.len())
+            .map(|i| format!("{CHUNK_DIR}/c{i}"))
+            .collect();
+        for (chunks, names) in chunks
+            .chunks(PARALLEL_WRITES)
+            .zip(names.chunks(PARALLEL_WRITES))
+        {
+            let batch = chunks
+                .iter()
+                .zip(names)
+                .map(|(c, name)| self.write_file(sandbox_id, name, c));
+            for w in futures_util::future::join_all(batch).await {
+                w?;
+            }
+        }
+        Ok(chunks.len())
     }
 
     /// The pip install, as its own exec with its own budget. True when the
@@ -306,15 +321,11 @@ impl Manager {
             tracing::warn!("the python SDK archive read out does not match its digest; not kept");
             return Ok(None);
         }
-        let chunks = bytes
-            .chunks(SLICE)
-            .map(|c| Arc::from(base64::engine::general_purpose::STANDARD.encode(c)))
-            .collect();
         Ok(Some(Archive {
             key,
             sha256,
             size,
-            chunks,
+            text: Arc::from(base64::engine::general_purpose::STANDARD.encode(&bytes)),
         }))
     }
 }

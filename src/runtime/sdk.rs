@@ -2,11 +2,13 @@
 //! that names it (the node bundle is planted here; python goes through
 //! `python_sdk`).
 
+use std::sync::{Arc, OnceLock};
+
 use super::Manager;
 use crate::error::redact_uuids;
 use crate::guest;
 use crate::ids::Lang;
-use crate::sandbox::SandboxError;
+use crate::sandbox::{SandboxError, Streamed};
 
 impl Manager {
     /// Makes the guest SDK available, once per VM, for code that names `iii`.
@@ -21,9 +23,7 @@ impl Manager {
     ) -> Result<(), SandboxError> {
         match lang {
             Lang::Node => {
-                let r = self
-                    .write_file(sandbox_id, guest::NODE_SDK_PATH, guest::NODE_SDK_BUNDLE)
-                    .await;
+                let r = self.plant_node_sdk(sandbox_id).await;
                 match r {
                     Err(e) if e.is_gone() => return Err(e),
                     Err(e) => {
@@ -35,5 +35,21 @@ impl Manager {
             Lang::Python => self.prepare_python_sdk(sandbox_id, pristine).await?,
         }
         Ok(())
+    }
+
+    /// The node bundle (~0.75 MB) through a data channel, inline without one.
+    async fn plant_node_sdk(&self, sandbox_id: &str) -> Result<(), SandboxError> {
+        static BUNDLE: OnceLock<Arc<str>> = OnceLock::new();
+        let bundle = BUNDLE.get_or_init(|| Arc::from(guest::NODE_SDK_BUNDLE));
+        match self
+            .write_streamed(sandbox_id, guest::NODE_SDK_PATH, bundle.clone())
+            .await?
+        {
+            Streamed::Written => Ok(()),
+            Streamed::NoChannels => {
+                self.write_file(sandbox_id, guest::NODE_SDK_PATH, guest::NODE_SDK_BUNDLE)
+                    .await
+            }
+        }
     }
 }
