@@ -13,6 +13,8 @@ use code_runner_conformance::standin::engine::StandInEngine;
 use code_runner_conformance::standin::host::pids_with;
 use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use common::{client, wait_for};
+use iii_sdk::channel::{ChannelReader, ChannelWriter, StreamChannelRef};
+use iii_sdk::helpers::create_channel;
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::{Error, IIIClient};
 use rstest::rstest;
@@ -29,6 +31,8 @@ const NOTE_TIMEOUT: &str =
     "raise `timeout_ms` on the exec call or split the work into smaller steps";
 const NOTE_PLATFORM: &str = "platform-level failure; not auto-recoverable";
 const NOTE_PARENTS: &str = "merge `fix` into the original request and resubmit: `parents: true` auto-creates missing intermediate directories";
+/// How long one data-channel step may take before a test fails.
+const CHANNEL_STEP: Duration = Duration::from_secs(20);
 const VM_GONE: &str = "VM boot failed: shell run: session terminated: vm disconnected mid-run";
 
 // ---------------------------------------------------------------------------
@@ -109,6 +113,34 @@ impl Harness {
     async fn sh(&self, id: &str, script: &str) -> Value {
         self.exec_ok(id, json!({ "argv": ["sh", "-c", script] }))
             .await
+    }
+
+    /// Everything the data channel of an `fs::read` answer carries.
+    async fn read_content(&self, read: &Value) -> Vec<u8> {
+        assert_eq!(read["content"]["direction"], "read", "{read}");
+        let r: StreamChannelRef =
+            serde_json::from_value(read["content"].clone()).expect("a reader ref in `content`");
+        let url = self.engine.as_ref().expect("engine").url();
+        tokio::time::timeout(CHANNEL_STEP, ChannelReader::new(&url, &r).read_all())
+            .await
+            .expect("the file's channel ends")
+            .expect("the file's channel reads")
+    }
+
+    /// A fresh channel whose writer has written `bytes`, closed when `close`.
+    async fn channel_with(&self, bytes: &[u8], close: bool) -> (Value, ChannelWriter) {
+        let ch = create_channel(&self.caller, None)
+            .await
+            .expect("a data channel");
+        tokio::time::timeout(CHANNEL_STEP, ch.writer.write(bytes))
+            .await
+            .expect("written in time")
+            .expect("written");
+        if close {
+            ch.writer.close().await.expect("closed");
+        }
+        let reader = serde_json::to_value(&ch.reader_ref).expect("a ref");
+        (reader, ch.writer)
     }
 
     async fn listed(&self) -> Vec<Value> {
@@ -200,6 +232,7 @@ fn type_of(code: &str) -> &'static str {
         "S100" | "S400" => "config",
         "S200" => "execution",
         "S300" => "platform",
+        "S218" => "transient",
         c if c.starts_with("S21") => "filesystem",
         other => panic!("unexpected code {other}"),
     }
@@ -412,6 +445,127 @@ async fn s001_fs_write_bodies(#[case] body: Value, #[case] message: &str) {
     assert_eq!(v["code"], "S001");
     let got = v["message"].as_str().unwrap_or_default();
     assert!(got.starts_with(message), "{got}");
+    h.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// Data channels
+// ---------------------------------------------------------------------------
+
+/// Bytes that are not UTF-8 and would show a dropped or reordered frame.
+fn channel_payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ 0x80).collect()
+}
+
+#[tokio::test]
+async fn fs_write_takes_its_body_from_a_data_channel() {
+    let h = default_harness().await;
+    let id = h.python().await;
+    let data = channel_payload(1_500_001);
+    let (reader, _writer) = h.channel_with(&data, true).await;
+    let out = h
+        .ok(
+            "sandbox::fs::write",
+            json!({ "sandbox_id": id, "path": "/work/big.bin", "content": reader, "parents": true }),
+        )
+        .await;
+    assert_eq!(
+        out,
+        json!({ "bytes_written": data.len(), "path": "/work/big.bin" })
+    );
+    let counted = h.sh(&id, "wc -c < /work/big.bin").await;
+    assert_eq!(counted["stdout"], format!("{}\n", data.len()));
+    let read = h
+        .ok(
+            "sandbox::fs::read",
+            json!({ "sandbox_id": id, "path": "/work/big.bin" }),
+        )
+        .await;
+    assert!(read.get("body").is_none(), "not UTF-8: no inline body");
+    assert!(
+        h.read_content(&read).await == data,
+        "the same bytes come back"
+    );
+
+    // A text body through a channel, and an empty one.
+    let (reader, _writer) = h.channel_with(b"print('streamed')\n", true).await;
+    h.ok(
+        "sandbox::fs::write",
+        json!({ "sandbox_id": id, "path": "/work/s.py", "content": reader }),
+    )
+    .await;
+    let ran = h.exec_ok(&id, json!({ "cmd": "python3 /work/s.py" })).await;
+    assert_eq!(ran["stdout"], "streamed\n");
+    let (reader, _writer) = h.channel_with(b"", true).await;
+    let out = h
+        .ok(
+            "sandbox::fs::write",
+            json!({ "sandbox_id": id, "path": "/work/empty", "content": reader }),
+        )
+        .await;
+    assert_eq!(out["bytes_written"], 0);
+    h.finish().await;
+}
+
+/// A channel that stops delivering is the daemon's one retryable code, and
+/// nothing is written.
+#[tokio::test]
+async fn fs_write_from_a_stalled_channel_is_s218() {
+    let h = default_harness().await;
+    let id = h.python().await;
+    let (reader, writer) = h.channel_with(b"the first part", false).await;
+    let started = Instant::now();
+    let err = h
+        .call(
+            "sandbox::fs::write",
+            json!({ "sandbox_id": id, "path": "/tmp/partial", "content": reader }),
+        )
+        .await
+        .expect_err("S218");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "after 5 s idle"
+    );
+    assert_eq!(
+        s_error(&err),
+        json!({
+            "code": "S218",
+            "docs_url": format!("{DOCS}S218"),
+            "fix": null,
+            "fix_note": null,
+            "message": "fs channel aborted: no chunks from caller for 5s — channel stalled or aborted",
+            "retryable": true,
+            "type": "transient",
+        })
+    );
+    drop(writer);
+    let seen = h.sh(&id, "test -e /tmp/partial || echo absent").await;
+    assert_eq!(seen["stdout"], "absent\n");
+    h.finish().await;
+}
+
+/// A reader ref the engine does not know fails as the daemon's channel
+/// reader does: S216, with the SDK's connect error in the message.
+#[tokio::test]
+async fn fs_write_from_an_unknown_channel_is_s216() {
+    let h = default_harness().await;
+    let id = h.python().await;
+    let (mut reader, _writer) = h.channel_with(b"x", true).await;
+    reader["access_key"] = json!("wrong");
+    let err = h
+        .call(
+            "sandbox::fs::write",
+            json!({ "sandbox_id": id, "path": "/tmp/x", "content": reader }),
+        )
+        .await
+        .expect_err("S216");
+    assert_s(
+        &err,
+        "S216",
+        "fs i/o error: shell client error: io: read from caller: channel read error: websocket error: HTTP error: 404 Not Found",
+        Value::Null,
+        None,
+    );
     h.finish().await;
 }
 
@@ -800,7 +954,7 @@ async fn fs_write_read_mkdir_roundtrip() {
     assert_eq!(read["size"], 11);
     assert_eq!(read["mode"], "0600");
     assert!(read["mtime"].as_i64().is_some_and(|t| t > 1_600_000_000));
-    assert!(read.get("content").is_some_and(Value::is_null));
+    assert_eq!(h.read_content(&read).await, b"print(6*7)\n");
     let ran = h
         .exec_ok(&id, json!({ "cmd": "python3 /work/app/main.py" }))
         .await;
@@ -820,6 +974,7 @@ async fn fs_write_read_mkdir_roundtrip() {
         .await;
     assert!(read.get("body").is_none());
     assert_eq!(read["size"], 4);
+    assert_eq!(h.read_content(&read).await, [0, 159, 146, 150]);
 
     let made = h
         .ok(

@@ -12,9 +12,12 @@
 //! listener's middleware ([`middleware`]). The main listener authenticates
 //! nothing and has no middleware.
 //!
+//! Data channels (`engine::channels::create` and the `/ws/channels/{id}`
+//! sockets, on every listener) are modelled in [`channels`].
+//!
 //! Deliberately absent: queues (`enqueue` answers
-//! `enqueue_error` exactly as an engine without a queue worker does), streaming
-//! channels, observe/local-dispatch (the recorded engine advertised no
+//! `enqueue_error` exactly as an engine without a queue worker does),
+//! observe/local-dispatch (the recorded engine advertised no
 //! protocol features), a built-in configuration worker (the hermetic bench
 //! attaches a double instead), the `iii-observability` worker (its functions,
 //! `log`/`trace` trigger types and config watch), and the firing of the
@@ -42,6 +45,7 @@ use uuid::Uuid;
 mod admit;
 mod builtin;
 mod calls;
+mod channels;
 mod frames;
 mod frames_in;
 mod invoke;
@@ -197,6 +201,9 @@ impl StandInEngine {
         let (stop, task) = accept_loop(listener, state.clone(), None);
         stops.push(stop);
         tasks.push(task);
+        let (stop, task) = channels::sweeper(state.clone());
+        stops.push(stop);
+        tasks.push(task);
         let mut guest_addr = None;
         if let Some(g) = options.guest {
             let listener = TcpListener::bind((g.host, g.port)).await?;
@@ -280,10 +287,11 @@ impl StandInEngine {
         for task in self.tasks.drain(..) {
             let _ = task.await;
         }
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
         for w in st.workers.values() {
             let _ = w.tx.send(Outbound::Close);
         }
+        st.channels.close_all();
     }
 }
 
@@ -292,10 +300,11 @@ impl Drop for StandInEngine {
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
-        let st = lock(&self.state);
+        let mut st = lock(&self.state);
         for w in st.workers.values() {
             let _ = w.tx.send(Outbound::Close);
         }
+        st.channels.close_all();
     }
 }
 
@@ -358,6 +367,8 @@ struct State {
     engine_calls: HashMap<String, EngineCall>,
     /// The last relayed calls' timings, oldest first (bounded).
     relays: std::collections::VecDeque<Relay>,
+    /// Data channels, shared by every listener.
+    channels: channels::Channels,
 }
 
 /// How many relayed calls' timings the engine keeps.
@@ -409,6 +420,7 @@ impl State {
             relays: std::collections::VecDeque::new(),
             telemetry_bytes: 0,
             engine_calls: HashMap::new(),
+            channels: channels::Channels::default(),
         }
     }
 

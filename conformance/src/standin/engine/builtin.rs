@@ -1,4 +1,5 @@
-//! The built-in `engine::*` functions: listings, info and worker names.
+//! The built-in `engine::*` functions: listings, info, worker names and
+//! channel creation.
 
 use super::*;
 
@@ -18,6 +19,7 @@ pub(super) fn builtin(
         "engine::functions::list" => Some(Ok(functions_list(st, data))),
         "engine::functions::info" => Some(functions_info(st, data)),
         "engine::workers::list" => Some(Ok(workers_list(st))),
+        "engine::channels::create" => Some(st.channels.create(data)),
         "engine::triggers::list" => Some(Ok(triggers_list(st, data))),
         "engine::registered-triggers::list" => Some(Ok(registered_triggers_list(st, data))),
         other => Some(Err((

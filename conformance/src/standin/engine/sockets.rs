@@ -1,5 +1,6 @@
-//! The sockets: accepting a connection, the handshake, and one worker's
-//! read/write loop until it disconnects.
+//! The sockets: accepting a connection, the handshake (data-channel
+//! sockets are handed to [`super::channels`]), and one worker's read/write
+//! loop until it disconnects.
 
 use super::*;
 
@@ -15,6 +16,7 @@ pub(super) async fn serve_socket(
     let mut path = String::from("/");
     let mut query: Option<String> = None;
     let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    let mut channel = None;
     let ws = tokio_tungstenite::accept_hdr_async(stream, |req: &Request, resp: Response| {
         path = req.uri().path().to_string();
         query = req.uri().query().map(str::to_string);
@@ -23,12 +25,17 @@ pub(super) async fn serve_socket(
                 headers.insert(k.as_str().to_string(), v.to_string());
             }
         }
+        // Channel sockets are checked (and refused) before the upgrade, and
+        // never authenticated: their access key is the capability.
+        if let Some(admitted) = channels::admit(&state, &path, query.as_deref()) {
+            channel = Some(admitted?);
+        }
         Ok(resp)
     })
     .await;
     let Ok(mut ws) = ws else { return };
-    if path.starts_with("/ws/channels") {
-        drain(ws).await;
+    if let Some(socket) = channel {
+        channels::serve(ws, state, socket).await;
         return;
     }
     // An RBAC listener authenticates every worker and `/otel` connection
@@ -88,11 +95,6 @@ pub(super) async fn keep_telemetry(
             }
         }
     }
-}
-
-pub(super) async fn drain(ws: tokio_tungstenite::WebSocketStream<TcpStream>) {
-    let (_sink, mut source) = ws.split();
-    while let Some(Ok(_)) = source.next().await {}
 }
 
 pub(super) async fn serve_worker(

@@ -1,9 +1,11 @@
 //! The double's central state: the `Daemon` every handler shares (sandbox
-//! table, isolation layer, limits), and the id/boot checks every call makes.
+//! table, isolation layer, limits, its link to the engine), and the id/boot
+//! checks every call makes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use iii_sdk::IIIClient;
 use uuid::Uuid;
 
 use super::error::DaemonError;
@@ -16,6 +18,10 @@ pub(crate) struct Daemon {
     pub(crate) registry: Arc<Registry>,
     pub(crate) isolation: Isolation,
     pub(crate) limits: SandboxLimits,
+    /// The double's own engine connection, for the data channels of
+    /// `fs::write` and `fs::read`; set once registered, cleared at shutdown
+    /// (the handlers it holds hold this `Daemon`).
+    engine: Mutex<Option<IIIClient>>,
 }
 
 impl Daemon {
@@ -25,7 +31,26 @@ impl Daemon {
             registry: Arc::new(Registry::new(limits.max_concurrent_exec_per_sandbox)),
             isolation,
             limits,
+            engine: Mutex::new(None),
         }
+    }
+
+    /// Links the double's engine connection (see [`Daemon::engine`]).
+    pub(crate) fn attach(&self, client: &IIIClient) {
+        *self.engine.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
+    }
+
+    /// Drops the engine connection: no channel can be opened afterwards.
+    pub(crate) fn detach(&self) {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// The double's engine connection, once attached.
+    pub(crate) fn engine(&self) -> Option<IIIClient> {
+        self.engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The SIGTERM→SIGKILL grace of every stop.

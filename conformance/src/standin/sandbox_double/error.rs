@@ -52,6 +52,7 @@ pub(crate) enum SCode {
     S213,
     S215,
     S216,
+    S218,
     S300,
     S400,
 }
@@ -72,6 +73,7 @@ impl SCode {
             SCode::S213 => "S213",
             SCode::S215 => "S215",
             SCode::S216 => "S216",
+            SCode::S218 => "S218",
             SCode::S300 => "S300",
             SCode::S400 => "S400",
         }
@@ -83,6 +85,7 @@ impl SCode {
             SCode::S001 | SCode::S002 | SCode::S003 | SCode::S004 => "validation",
             SCode::S100 | SCode::S400 => "config",
             SCode::S200 => "execution",
+            SCode::S218 => "transient",
             SCode::S210 | SCode::S211 | SCode::S212 | SCode::S213 | SCode::S215 | SCode::S216 => {
                 "filesystem"
             }
@@ -126,6 +129,9 @@ pub(crate) enum DaemonError {
     FsPermission(String),
     #[error("fs i/o error: {0}")]
     FsIo(String),
+    /// A `fs::write` data channel that stalled: retryable.
+    #[error("fs channel aborted: {0}")]
+    FsChannelAborted(String),
     /// A `sandbox::run` sub-step failed: the inner code stays the wire code,
     /// the step and sandbox id travel in `fix`.
     #[error("during sandbox::run step `{step}` (sandbox_id={sandbox_id}): {message}")]
@@ -155,6 +161,7 @@ impl DaemonError {
             DaemonError::FsAlreadyExists(_) => SCode::S213,
             DaemonError::FsPermission(_) => SCode::S215,
             DaemonError::FsIo(_) => SCode::S216,
+            DaemonError::FsChannelAborted(_) => SCode::S218,
             DaemonError::RunStepFailed { inner, .. } => *inner,
         }
     }
@@ -192,7 +199,8 @@ impl DaemonError {
             | DaemonError::FsWrongType(_)
             | DaemonError::FsAlreadyExists(_)
             | DaemonError::FsPermission(_)
-            | DaemonError::FsIo(_) => (Value::Null, Value::Null),
+            | DaemonError::FsIo(_)
+            | DaemonError::FsChannelAborted(_) => (Value::Null, Value::Null),
         }
     }
 
@@ -209,9 +217,8 @@ impl DaemonError {
         map.insert("fix", fix);
         map.insert("fix_note", fix_note);
         map.insert("message", Value::String(self.to_string()));
-        // The daemon's one retryable code, S218, is a torn data channel; the
-        // double streams through no channel, so none of its errors is.
-        map.insert("retryable", Value::Bool(false));
+        // The daemon's one retryable code is S218, a stalled data channel.
+        map.insert("retryable", Value::Bool(code == SCode::S218));
         map.insert("type", Value::String(code.error_type().to_string()));
         map
     }
@@ -301,6 +308,17 @@ mod tests {
             .as_str()
             .unwrap_or_default()
             .starts_with("during sandbox::run step `create` (sandbox_id=): image 'ubuntu'"));
+    }
+
+    #[test]
+    fn a_stalled_channel_is_the_one_retryable_code() {
+        let p = DaemonError::FsChannelAborted("stalled".into()).payload();
+        assert_eq!(p["code"], "S218");
+        assert_eq!(p["type"], "transient");
+        assert_eq!(p["retryable"], true);
+        assert_eq!(p["message"], "fs channel aborted: stalled");
+        assert!(p["fix"].is_null() && p["fix_note"].is_null());
+        assert_eq!(DaemonError::FsIo("x".into()).payload()["retryable"], false);
     }
 
     #[test]

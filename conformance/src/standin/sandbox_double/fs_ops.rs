@@ -13,7 +13,10 @@
 //! Error codes and messages follow the in-VM supervisor:
 //! S210 bad mode, S211 missing (with `fix:{"parents":true}` when a write's
 //! parent is missing), S212 wrong type, S213 exists, S215 permission, S216
-//! other I/O.
+//! other I/O, S218 a stalled data channel.
+//!
+//! Data channels ([`channel`]): `fs::write` takes its body from a reader ref
+//! as well as inline, and `fs::read` always answers one in `content`.
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -33,6 +36,7 @@ use super::error::{from_io, DaemonError};
 use super::guest_path::{split_parent, GuestView, Region, ResolveError, Resolved};
 use super::image_layer::{is_opaque, mark_opaque, Found, ImageLayer};
 
+mod channel;
 mod image_rootfs;
 use image_rootfs::*;
 
@@ -49,14 +53,8 @@ pub(crate) const INLINE_CAP: usize = 1024 * 1024;
 pub(crate) enum WriteContent {
     /// Inline UTF-8 text, written verbatim.
     Utf8(String),
-    /// A data channel to stream from (not available on this double).
-    Stream(
-        #[expect(
-            dead_code,
-            reason = "recognised so the double can refuse it; never streamed from"
-        )]
-        StreamChannelRef,
-    ),
+    /// A data channel (its reader ref) to read the body from.
+    Stream(StreamChannelRef),
 }
 
 /// `sandbox::fs::write` request.
@@ -104,9 +102,9 @@ pub(crate) struct ReadRequest {
     pub(crate) path: String,
 }
 
-/// `sandbox::fs::read` response. `content` is the daemon's data-channel
-/// ref; this double has no channels, so it is always null and `body`
-/// carries UTF-8 files under 1 MiB.
+/// `sandbox::fs::read` response. `content` is the reader ref of a data
+/// channel carrying the whole file (null only without an engine link, in
+/// unit tests); `body` carries UTF-8 files under 1 MiB as well.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub(crate) struct ReadResponse {
     pub(crate) content: Option<StreamChannelRef>,
@@ -142,40 +140,48 @@ pub(crate) struct MkdirResponse {
 // Handlers
 // ---------------------------------------------------------------------------
 
+/// S001 of an `fs::write` with both bodies.
+const TWO_BODIES: &str =
+    "set either `content` (string or StreamChannelRef) or `content_b64`, not both";
+/// S001 of an `fs::write` without a body.
+const NO_BODY: &str =
+    "missing file body: set `content` (string or StreamChannelRef) or `content_b64`";
+
 /// Handles `sandbox::fs::write`: body checks, then S001/S002/S004, then
 /// the write.
 pub(crate) async fn handle_write(
     d: &Daemon,
     req: WriteRequest,
 ) -> Result<WriteResponse, DaemonError> {
-    let bytes = match (req.content, req.content_b64) {
-        (Some(WriteContent::Utf8(s)), None) => s.into_bytes(),
-        (Some(WriteContent::Stream(_)), None) => {
-            return Err(DaemonError::FsIo(
-                "channel read: data channels are not available on the iii-sandbox double; send `content` as a string or use `content_b64`".to_string(),
-            ))
+    // `Err` holds a channel to read the body from.
+    let body = match (req.content, req.content_b64) {
+        (Some(WriteContent::Utf8(s)), None) => Ok(s.into_bytes()),
+        (Some(WriteContent::Stream(r)), None) => Err(r),
+        (None, Some(b64)) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64.as_bytes())
+                .map_err(|e| {
+                    DaemonError::InvalidRequest(format!("content_b64 is not valid base64: {e}"))
+                })?;
+            Ok(bytes)
         }
-        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64.as_bytes())
-            .map_err(|e| {
-                DaemonError::InvalidRequest(format!("content_b64 is not valid base64: {e}"))
-            })?,
-        (Some(_), Some(_)) => {
-            return Err(DaemonError::InvalidRequest(
-                "set either `content` (string or StreamChannelRef) or `content_b64`, not both"
-                    .into(),
-            ))
-        }
-        (None, None) => {
-            return Err(DaemonError::InvalidRequest(
-                "missing file body: set `content` (string or StreamChannelRef) or `content_b64`"
-                    .into(),
-            ))
-        }
+        (Some(_), Some(_)) => return Err(DaemonError::InvalidRequest(TWO_BODIES.into())),
+        (None, None) => return Err(DaemonError::InvalidRequest(NO_BODY.into())),
     };
     let id = parse_id(&req.sandbox_id)?;
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
+    // A channel is read whole first; the daemon streams it into the guest,
+    // whose checks (mode, parent) answer only once the stream has ended.
+    let bytes = match body {
+        Ok(bytes) => bytes,
+        Err(r) => {
+            let engine = d.engine().ok_or_else(|| {
+                DaemonError::FsIo("channel read: the double has no engine link".to_string())
+            })?;
+            channel::read_body(engine.address(), &r).await?
+        }
+    };
     let (path, mode, parents) = (req.path, req.mode, req.parents);
     let scratch = guest.scratch.clone();
     blocking(move || write_file(scratch.view(), &path, &mode, parents, &bytes)).await
@@ -187,7 +193,11 @@ pub(crate) async fn handle_read(d: &Daemon, req: ReadRequest) -> Result<ReadResp
     let guest = d.registry.touch(id)?;
     wait_for_boot(guest.ready_at).await;
     let scratch = guest.scratch.clone();
-    blocking(move || read_file(scratch.view(), &req.path)).await
+    let (mut resp, file) = blocking(move || open_file(scratch.view(), &req.path)).await?;
+    if let Some(engine) = d.engine() {
+        resp.content = Some(channel::serve_file(&engine, file).await?);
+    }
+    Ok(resp)
 }
 
 /// Handles `sandbox::fs::mkdir`.
@@ -400,9 +410,15 @@ fn write_atomically(dir: &OwnedFd, name: &OsStr, bits: u32, bytes: &[u8]) -> std
     result
 }
 
-/// Reads `path`: metadata always, the body inline when it is valid UTF-8
-/// and under 1 MiB.
+/// [`open_file`] without the file.
+#[cfg(test)]
 pub(crate) fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, DaemonError> {
+    open_file(view, path).map(|(resp, _)| resp)
+}
+
+/// Reads `path`: metadata always, the body inline when it is valid UTF-8
+/// and under 1 MiB; and the open file, for the data channel.
+fn open_file(view: &GuestView, path: &str) -> Result<(ReadResponse, std::fs::File), DaemonError> {
     require_absolute(path)?;
     let target = resolve(view, path, path)?;
     let io = |e: std::io::Error| from_io(path, &e);
@@ -444,20 +460,22 @@ pub(crate) fn read_file(view: &GuestView, path: &str) -> Result<ReadResponse, Da
     let mut body = None;
     if (size as usize) < INLINE_CAP {
         let mut buf = Vec::with_capacity(size as usize);
-        file.take(INLINE_CAP as u64)
+        (&file)
+            .take(INLINE_CAP as u64)
             .read_to_end(&mut buf)
             .map_err(|e| DaemonError::FsIo(format!("read buffer: {e}")))?;
         if buf.len() < INLINE_CAP {
             body = String::from_utf8(buf).ok();
         }
     }
-    Ok(ReadResponse {
+    let resp = ReadResponse {
         content: None,
         body,
         size,
         mode: format!("{:04o}", meta.mode() & 0o7777),
         mtime: meta.mtime(),
-    })
+    };
+    Ok((resp, file))
 }
 
 /// Creates a directory; with `parents`, like `mkdir -p` (an existing path

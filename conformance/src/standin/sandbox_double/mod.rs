@@ -140,6 +140,7 @@ impl SandboxDouble {
                 ..InitOptions::default()
             },
         );
+        daemon.attach(&client);
         let functions = register_all(&client, &daemon, runtime.handle());
 
         let reaper = runtime.spawn(registry::run_reaper(
@@ -226,6 +227,7 @@ impl SandboxDouble {
             let _ = stopping.await;
         }
         self.daemon.isolation.discard_state();
+        self.daemon.detach();
         self.client.shutdown_async().await;
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
@@ -250,6 +252,7 @@ impl Drop for SandboxDouble {
             work.kill_now();
         }
         self.daemon.isolation.discard_state();
+        self.daemon.detach();
         // `shutdown_async` never actually suspends: polling it once runs it.
         let _ = futures_util::FutureExt::now_or_never(self.client.shutdown_async());
         rt.shutdown_background();
@@ -342,12 +345,12 @@ fn register_all(
         ),
         r.register(
             "sandbox::fs::write",
-            "Write a file into a sandbox: `content` (UTF-8) or `content_b64`; `parents`, `mode`.",
+            "Write a file into a sandbox: `content` (UTF-8, or a data channel's reader ref) or `content_b64`; `parents`, `mode`.",
             |d, req| async move { fs_ops::handle_write(&d, req).await },
         ),
         r.register(
             "sandbox::fs::read",
-            "Read a file from a sandbox: `body` inline for UTF-8 files under 1 MiB, plus size, mode, mtime.",
+            "Read a file from a sandbox: `content`, a data channel's reader ref carrying the bytes; `body` inline for UTF-8 files under 1 MiB; size, mode, mtime.",
             |d, req| async move { fs_ops::handle_read(&d, req).await },
         ),
         r.register(
