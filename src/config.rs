@@ -42,6 +42,12 @@ pub struct Config {
     /// rest of the daemon stays for everyone else. Never applies to the main
     /// listener.
     pub guest_max_concurrent_runs: usize,
+    /// Keep a fresh interpreter of its language waiting in every kept and
+    /// namespace runtime and every pooled VM (wrapper and iii SDK module
+    /// loaded, nothing connected, no token), so a call or run hands it its
+    /// request instead of starting one. Each call still gets a fresh
+    /// process. Off: every call starts its interpreter (the old path).
+    pub prestart: bool,
     /// How deep guest runs may nest (a run started by guest code is one
     /// level deeper than the code that started it).
     pub guest_max_run_depth: u32,
@@ -75,6 +81,7 @@ impl Default for Config {
             guest_url: None,
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
+            prestart: true,
         }
     }
 }

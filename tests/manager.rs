@@ -26,9 +26,12 @@ struct World {
     manager: Arc<Manager>,
 }
 
+/// No pool, and every call on the cold path (`tests/prestart.rs` covers
+/// the pre-started one).
 fn world() -> World {
     world_with(Config {
         warm_pool: 0,
+        prestart: false,
         ..Config::default()
     })
 }

@@ -94,6 +94,7 @@ impl Manager {
             }
         }
         lock(&self.state).gone(sandbox_id);
+        self.forget_waiting(sandbox_id);
     }
 
     /// The stop of a one-shot VM: before the response (default), or after it.

@@ -1,9 +1,11 @@
 //! One call of a published handler: a fresh interpreter in its namespace
-//! runtime, the answer read from the call's own frame.
+//! runtime (pre-started when one waits), the answer read from the call's
+//! own frame.
 
 use super::errors::{DaemonFailure, HandlerCallError};
 use super::failure::tail;
 use super::inventory;
+use super::ready::Then;
 use super::{lock, Manager};
 use crate::error::redact_uuids;
 use crate::guest::{self, Frame, InvokeMode};
@@ -29,8 +31,9 @@ impl Manager {
         let slot = rt.slot.lock().await;
         let timed = inventory::Timed::start(&rt.meta);
         let out = self
-            .exec(
+            .exec_call(
                 &rt.sandbox_id,
+                rt.lang,
                 Manager::for_runtime(
                     &rt,
                     guest::invoke_exec(
@@ -43,6 +46,7 @@ impl Manager {
                         budget,
                     ),
                 ),
+                Then::ServesAgain,
             )
             .await;
         drop(timed);

@@ -10,6 +10,7 @@
 //! - `run`: the `run` operation.
 //! - `publish`: `register_function`, up to publishing the handler.
 //! - `invoke`: one call of a published handler.
+//! - `ready`: pre-started interpreters: the exec a call or run becomes.
 //! - `teardown`: teardown, expiry and the orphan sweep.
 //! - `inventory`: `list_runtimes` and lifecycle events.
 //! - `shutdown`: the bounded shutdown.
@@ -37,6 +38,7 @@ mod inventory;
 mod invoke;
 mod publish;
 mod python_sdk;
+mod ready;
 mod records;
 mod run;
 mod sdk;
@@ -79,6 +81,8 @@ pub struct Manager {
     /// Each guest tenant's budget of VMs.
     tenants: Arc<Tenants>,
     python_sdk: crate::python_sdk::PySdkCache,
+    /// The VMs with a pre-started interpreter waiting.
+    ready: crate::prestart::Ready,
     me: Weak<Manager>,
 }
 
@@ -106,6 +110,7 @@ impl Manager {
             tenants,
             stats: Stats::default(),
             python_sdk: Default::default(),
+            ready: Default::default(),
             sandbox,
             bus,
             config,
@@ -177,6 +182,11 @@ impl Manager {
     /// Ready pooled python VMs that already hold the guest SDK.
     pub fn pool_ready_with_sdk(&self) -> usize {
         self.pool.ready_with_sdk(Lang::Python)
+    }
+
+    /// VMs with a pre-started interpreter waiting (for tests and stats).
+    pub fn interpreters_waiting(&self) -> usize {
+        self.ready.len()
     }
 
     /// Number of live runtime records (for tests and metrics).

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::errors::{DaemonFailure, RegisterError};
 use super::failure::tail;
+use super::ready::Then;
 use super::records::{Runtime, SdkState, State, VmFate};
 use super::{lock, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
@@ -225,8 +226,9 @@ impl Manager {
         }
         let secret = guest::new_secret();
         let out = self
-            .exec(
+            .exec_call(
                 &rt.sandbox_id,
+                rt.lang,
                 Manager::for_runtime(
                     rt,
                     guest::invoke_exec(
@@ -239,6 +241,7 @@ impl Manager {
                         budget,
                     ),
                 ),
+                Then::ServesAgain,
             )
             .await
             .map_err(gone_or)?;

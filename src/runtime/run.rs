@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::errors::{DaemonFailure, RunError};
 use super::inventory;
+use super::ready::Then;
 use super::records::{Runtime, SdkState};
 use super::{lock, Manager};
 use crate::events::EventKind;
@@ -69,9 +70,12 @@ impl Manager {
                         .await
                         .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
                 }
-                self.exec(
+                let then = if keep { Then::ServesAgain } else { Then::Done };
+                self.exec_call(
                     &sandbox_id,
+                    lang,
                     Manager::with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref()),
+                    then,
                 )
                 .await
                 .map_err(|e| RunError::Exec(daemon(e)))
@@ -149,9 +153,11 @@ impl Manager {
                 slot.sdk = SdkState::Prepared;
             }
             slot.pristine = false;
-            self.exec(
+            self.exec_call(
                 &rt.sandbox_id,
+                rt.lang,
                 Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
+                Then::ServesAgain,
             )
             .await
             .map_err(|e| RunError::Exec(daemon(e)))

@@ -41,6 +41,7 @@ impl Manager {
             self.tokens.release(ns.as_str());
         }
         lock(&self.state).release(rt, &fns, fate);
+        self.forget_waiting(&rt.sandbox_id);
         for f in &fns {
             self.bus.unpublish(f);
         }

@@ -130,7 +130,11 @@ impl Manager {
     /// `None` when the VM is gone (it was stopped).
     async fn with_sdk_planted(&self, id: String) -> Option<PooledVm> {
         match self.plant_archived_sdk(&id).await {
-            Ok(sdk) => Some(PooledVm { id, sdk }),
+            Ok(sdk) => {
+                // After the SDK, so the waiting interpreter has it loaded.
+                self.start_waiting(&id, Lang::Python).await;
+                Some(PooledVm { id, sdk })
+            }
             Err(e) => {
                 tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: planting the SDK found the VM gone");
                 self.discard_unpooled(&id).await;
@@ -140,7 +144,8 @@ impl Manager {
     }
 
     /// Boots one pooled VM: create, then one cheap exec that pays the boot;
-    /// a python VM also gets the SDK when the worker has it archived.
+    /// a python VM also gets the SDK when the worker has it archived. Then
+    /// an interpreter starts waiting in it for the run that takes it.
     async fn warm_one(&self, lang: Lang) -> Option<PooledVm> {
         let id = match self.create_unrecorded(lang).await {
             Ok(id) => id,
@@ -156,7 +161,10 @@ impl Manager {
         };
         match self.exec(&id, warm).await {
             Ok(_) if lang == Lang::Python => self.with_sdk_planted(id).await,
-            Ok(_) => Some(PooledVm::bare(id)),
+            Ok(_) => {
+                self.start_waiting(&id, lang).await;
+                Some(PooledVm::bare(id))
+            }
             Err(e) => {
                 tracing::debug!(error = %redact_uuids(&e.to_string()), "warm pool: warm-up exec failed");
                 self.discard_unpooled(&id).await;

@@ -1,0 +1,305 @@
+//! Pre-started interpreters, the guest side of them as the worker speaks
+//! it: the execs that start one, relay a call into one, or run a call cold
+//! and start one for the next; what a relay's verdict means; and which VM
+//! has one waiting (bookkeeping only; `runtime/ready` decides when).
+//!
+//! A waiting interpreter has loaded its harness and the iii SDK module (when
+//! it is planted) but connected nothing and holds no token: it is started
+//! with the VM's environment only. A call's env (its token among it) travels
+//! in the relayed request. See `guest/prestart/relay.sh` for the protocol.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::ids::Lang;
+use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
+
+const RELAY: &str = include_str!("../guest/prestart/relay.sh");
+const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
+const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
+
+/// The daemon's deadline on a relay exec, past the call's own: the relay
+/// enforces the call's budget itself (and kills the interpreter's session,
+/// which the daemon's deadline would not reach), so the daemon's is only
+/// the backstop.
+const RELAY_GRACE_MS: u64 = 2_000;
+/// The verdict line a relay writes last on stderr.
+const VERDICT: &str = "\u{1e}SCR-RELAY ";
+
+/// A waiting interpreter's directory in the VM, by generation.
+fn dir(generation: u64) -> String {
+    format!("/tmp/.scr/pre/{generation}")
+}
+
+/// The interpreter command `scr_spawn` runs, its harness being `"$1"`.
+fn interpreter(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => r#"python3 -c "$1""#,
+        Lang::Node => r#"node --input-type=module -e "$1""#,
+    }
+}
+
+fn harness(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => PYTHON_READY,
+        Lang::Node => NODE_READY,
+    }
+}
+
+/// `sh -c <relay.sh + command> sh <harness> <rest…>`.
+fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("{RELAY}\n{command}\n"),
+        "sh".to_string(),
+        harness(lang).to_string(),
+    ];
+    argv.extend(rest);
+    ExecParams {
+        argv,
+        stdin: None,
+        env: BTreeMap::new(),
+        timeout_ms,
+        workdir: Some(crate::guest::WORKDIR.into()),
+    }
+}
+
+/// An exec that only starts a waiting interpreter (generation `next`).
+pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
+    let command = format!("scr_spawn {} {}", dir(next), interpreter(lang));
+    shell(lang, command, Vec::new(), 30_000)
+}
+
+/// `p` as it runs today, after starting a waiting interpreter for the next
+/// call. The interpreter must not inherit `p`'s env (the call's token): the
+/// spawner drops each of its keys.
+pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParams {
+    let unset: String = p.env.keys().map(|k| format!("-u {k} ")).collect();
+    let command = format!(
+        "scr_spawn {} env {unset}{}; shift; exec \"$@\"",
+        dir(next),
+        interpreter(lang)
+    );
+    let mut e = shell(lang, command, p.argv, p.timeout_ms);
+    e.stdin = p.stdin;
+    e.env = p.env;
+    e.workdir = p.workdir;
+    e
+}
+
+/// `p` handed to the interpreter waiting in generation `using` (after
+/// starting generation `next`, when the VM serves later calls).
+pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecParams) -> ExecParams {
+    let mut command = String::new();
+    if let Some(n) = next {
+        command.push_str(&format!(
+            "SCR_USING={}; scr_spawn {} {}; ",
+            dir(using),
+            dir(n),
+            interpreter(lang)
+        ));
+    }
+    let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
+    command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
+    let mut e = shell(
+        lang,
+        command,
+        Vec::new(),
+        p.timeout_ms.saturating_add(RELAY_GRACE_MS),
+    );
+    e.stdin = Some(request(p));
+    e
+}
+
+/// The relayed request: a header line (the wrapper, the env, the stdin
+/// length), then the stdin bytes as they are.
+fn request(p: &ExecParams) -> Vec<u8> {
+    let script = p.argv.get(p.argv.len().saturating_sub(1)).cloned();
+    let stdin = p.stdin.as_deref().unwrap_or_default();
+    let header = serde_json::json!({
+        "script": script.unwrap_or_default(),
+        "env": p.env,
+        "stdin": stdin.len(),
+    });
+    let mut out = header.to_string().into_bytes();
+    out.push(b'\n');
+    out.extend_from_slice(stdin);
+    out
+}
+
+/// What a relay exec came to.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Verdict {
+    /// The call ran; its output as a cold exec would have given it.
+    Ran(ExecOutput),
+    /// Nothing ran (no interpreter was waiting, or it died before taking
+    /// the request): run the call cold.
+    Cold,
+    /// The budget passed; the call and everything it started were killed.
+    TimedOut(SandboxError),
+}
+
+/// Reads the relay's verdict off the end of its stderr. Without one (the
+/// daemon cut a stderr over 1 MiB) the call ran: a call is never run twice.
+pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
+    let Some(at) = out.stderr.rfind(VERDICT) else {
+        return Verdict::Ran(out);
+    };
+    let said = out.stderr[at + VERDICT.len()..].trim_end().to_string();
+    out.stderr.truncate(at);
+    match said.split_once(' ') {
+        _ if said == "cold" => Verdict::Cold,
+        _ if said == "timeout" => Verdict::TimedOut(SandboxError::Daemon {
+            code: "S200".into(),
+            message: format!("exec timed out after {timeout_ms} ms"),
+            retryable: false,
+        }),
+        Some(("exit", code)) => {
+            out.exit_code = code.parse().ok();
+            Verdict::Ran(out)
+        }
+        _ => Verdict::Ran(out),
+    }
+}
+
+/// Which VMs have an interpreter waiting, and of which generation.
+#[derive(Default)]
+pub(crate) struct Ready {
+    waiting: Mutex<HashMap<String, u64>>,
+    generations: AtomicU64,
+}
+
+impl Ready {
+    /// A generation no VM has used.
+    pub(crate) fn next(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The interpreter waiting in `sandbox_id`, now the caller's.
+    pub(crate) fn take(&self, sandbox_id: &str) -> Option<u64> {
+        self.lock().remove(sandbox_id)
+    }
+
+    pub(crate) fn put(&self, sandbox_id: &str, generation: u64) {
+        self.lock().insert(sandbox_id.to_string(), generation);
+    }
+
+    /// The VM stopped: what waited in it is gone with it.
+    pub(crate) fn forget(&self, sandbox_id: &str) {
+        self.lock().remove(sandbox_id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn out(stderr: &str, code: i32) -> ExecOutput {
+        ExecOutput {
+            stdout: "o".into(),
+            stderr: stderr.into(),
+            exit_code: Some(code),
+            duration_ms: 1,
+        }
+    }
+
+    #[rstest]
+    #[case("printed\n\u{1e}SCR-RELAY exit 3\n", 3, Some(3), "printed\n")]
+    #[case("\u{1e}SCR-RELAY exit 0\n", 0, Some(0), "")]
+    #[case("cut by the daemon", 1, Some(1), "cut by the daemon")]
+    #[case(
+        "fake \u{1e}SCR-RELAY cold\n\u{1e}SCR-RELAY exit 7\n",
+        7,
+        Some(7),
+        "fake \u{1e}SCR-RELAY cold\n"
+    )]
+    fn a_relay_that_ran_gives_the_calls_own_output(
+        #[case] stderr: &str,
+        #[case] rc: i32,
+        #[case] code: Option<i32>,
+        #[case] left: &str,
+    ) {
+        let Verdict::Ran(o) = verdict(out(stderr, rc), 1000) else {
+            panic!("ran")
+        };
+        assert_eq!((o.exit_code, o.stderr.as_str()), (code, left));
+    }
+
+    #[test]
+    fn cold_and_timeout_verdicts_are_told_apart_from_exit_codes() {
+        assert_eq!(verdict(out("\u{1e}SCR-RELAY cold\n", 0), 5), Verdict::Cold);
+        let Verdict::TimedOut(e) = verdict(out("x\u{1e}SCR-RELAY timeout\n", 124), 1500) else {
+            panic!("timed out")
+        };
+        assert_eq!(e.s_code(), Some("S200"));
+        assert!(
+            e.to_string().contains("exec timed out after 1500 ms"),
+            "{e}"
+        );
+        // A call that itself exits 97 or 124 ran.
+        assert!(matches!(
+            verdict(out("\u{1e}SCR-RELAY exit 124\n", 124), 5),
+            Verdict::Ran(ExecOutput {
+                exit_code: Some(124),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
+        let p = ExecParams {
+            argv: vec!["python3".into(), "-c".into(), "WRAPPER".into()],
+            stdin: Some(b"\xff\x00code\n".to_vec()),
+            env: BTreeMap::from([("III_GUEST_TOKEN".into(), "t".into())]),
+            timeout_ms: 2500,
+            workdir: None,
+        };
+        let r = relay_exec(Lang::Python, 4, Some(5), &p);
+        let stdin = r.stdin.unwrap();
+        let nl = stdin.iter().position(|b| *b == b'\n').unwrap();
+        let header: serde_json::Value = serde_json::from_slice(&stdin[..nl]).unwrap();
+        assert_eq!(header["script"], "WRAPPER");
+        assert_eq!(header["env"]["III_GUEST_TOKEN"], "t");
+        assert_eq!(header["stdin"], 7);
+        assert_eq!(&stdin[nl + 1..], b"\xff\x00code\n");
+        assert!(r.env.is_empty(), "the relay itself carries no token");
+        assert_eq!(r.timeout_ms, 2500 + RELAY_GRACE_MS);
+        let command = &r.argv[2];
+        assert!(
+            command.ends_with("scr_relay /tmp/.scr/pre/4 2.500\n"),
+            "{command}"
+        );
+        assert!(command.contains("scr_spawn /tmp/.scr/pre/5 python3"));
+    }
+
+    #[test]
+    fn a_cold_exec_starts_the_next_interpreter_without_the_calls_env() {
+        let p = ExecParams {
+            argv: vec!["node".into(), "-e".into(), "W".into()],
+            stdin: Some(b"x".to_vec()),
+            env: BTreeMap::from([
+                ("III_GUEST_TOKEN".into(), "t".into()),
+                ("SCR_WORKER_NAME".into(), "n".into()),
+            ]),
+            timeout_ms: 100,
+            workdir: Some("/tmp".into()),
+        };
+        let e = cold_then_spawn(Lang::Node, 9, p);
+        assert!(e.argv[2]
+            .contains("scr_spawn /tmp/.scr/pre/9 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
+        assert_eq!(&e.argv[5..], ["node", "-e", "W"]);
+        assert_eq!(e.env.len(), 2, "the cold call keeps its own env");
+    }
+}
