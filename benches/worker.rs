@@ -8,8 +8,10 @@
 //! parallel one-shots vs direct runs), 64 callers on one handler, and the
 //! worker's memory per kept runtime; (issue 18, `support::guest_middleware`)
 //! `guest_middleware`, a guest's `iii.trigger` with and without the guest
-//! listener's middleware. Against the hermetic bench in its VM-like profile
-//! by default; against a live engine with SANDBOX_CODE_RUNNER_BENCH_ENGINE.
+//! listener's middleware; `double_exec` (`support::double_exec`), a bare
+//! `sandbox::exec` of `true` on a running sandbox of the double, no worker.
+//! Against the hermetic bench in its VM-like profile by default; against a
+//! live engine with SANDBOX_CODE_RUNNER_BENCH_ENGINE.
 //!
 //! `cargo bench --bench worker` (summary: target/bench-summary-worker.json)
 
@@ -57,6 +59,11 @@ fn main() {
         .measurement_time(Duration::from_secs(4))
         .configure_from_args();
     let mut ids: Vec<String> = Vec::new();
+
+    // ---- the double's own cost: a bare exec of `true` in a running sandbox ----
+    if group_enabled("double_exec") {
+        double_exec::double_exec(&mut c, &rt, &target, &client, &mut ids);
+    }
 
     // ---- boot: one-shot runs, cold and pooled, and the direct baselines ----
     if group_enabled("boot") {

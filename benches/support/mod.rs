@@ -3,6 +3,7 @@
 //! client, direct `sandbox::*` baselines, and the JSON summary.
 #![allow(dead_code)]
 
+pub mod double_exec;
 pub mod floor;
 pub mod guest_middleware;
 pub mod scaling;

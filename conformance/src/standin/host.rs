@@ -1,5 +1,6 @@
-//! What the host shows of the double's processes: the check that nothing of
-//! an exec outlives it (a stopped sandbox, a timed-out exec) looks here.
+//! What the host shows of the double's processes: the check that nothing
+//! outlives what it should (a stopped sandbox, a timed-out exec's process
+//! group) looks here.
 
 /// Pids of host processes whose command line contains `marker`.
 pub fn pids_with(marker: &str) -> Vec<String> {

@@ -4,7 +4,7 @@
 //! Order of checks, as on the daemon: sandbox_id (S001) → cmd/args/argv
 //! shape (S001) → empty command (S001) → env names (S001) → admission
 //! (S002 / S004 / S003) → stdin base64 (S001) → run. The run itself answers
-//! S200 on timeout (after the whole process tree is gone), a synthetic 127 /
+//! S200 on timeout (after the exec's process group is gone), a synthetic 127 /
 //! 126 response when the binary is missing / not executable, and a normal
 //! response for any exit status.
 
@@ -402,15 +402,14 @@ pub(crate) async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResp
         env,
         workdir,
         stdin,
-        network: guest.network,
     };
     if !d.registry.is_live(id) {
         return Err(DaemonError::BootFailed(VM_GONE.to_string()));
     }
-    let running = d
-        .isolation
-        .spawn_in(&guest.scratch, &spec, guest.net.clone())
-        .await
+    // A process started in the sandbox's running init, as on the daemon.
+    let running = guest
+        .vm
+        .spawn(&spec)
         .map_err(|e| DaemonError::BootFailed(format!("shell run: spawn: {e}")))?;
     let handle = running.handle.clone();
     let Some(key) = d.registry.attach_proc(id, handle.clone()) else {
@@ -427,8 +426,8 @@ pub(crate) async fn handle_exec(d: &Daemon, req: ExecRequest) -> Result<ExecResp
 
     match tokio::time::timeout_at(deadline, running.outcome()).await {
         Err(_) => {
-            // The daemon SIGKILLs the whole group; answer only once nothing
-            // of it is left.
+            // The daemon SIGKILLs the exec's process group; answer only once
+            // nothing of that group is left (what left it lives on).
             handle.kill_and_wait(KILL_PATIENCE).await;
             Err(DaemonError::ExecTimedOut(timeout_ms))
         }

@@ -79,6 +79,11 @@ impl GuestView {
         &self.layer
     }
 
+    /// The same layer, to hold on to.
+    pub(crate) fn shared_layer(&self) -> Arc<ImageLayer> {
+        self.layer.clone()
+    }
+
     /// The scratch directory on the host.
     pub(crate) fn root(&self) -> &Path {
         &self.root

@@ -9,19 +9,27 @@
 //! The double reproduces that without touching a host file. An image's
 //! rootfs is the host's `/usr`, `/etc` (and `/bin`, `/lib`... when they are
 //! real directories) as read-only *lower* layers, plus one *upper* directory
-//! per top-level name in the double's own state directory. Each exec mounts
-//! an overlay (`userxattr`, so it works inside the exec's user namespace)
+//! per top-level name in the double's own state directory. Each sandbox
+//! mounts an overlay (`userxattr`, so it works inside its user namespace)
 //! of lower + the image's shared upper, with a workdir of its own; several
 //! overlays may share one upper as long as each has its own workdir.
 //! Directories an image has but the double must not take from the host
 //! (`/opt`, `/root`, `/home`, `/var`...) are upper-only and bound
 //! read-write.
 //!
-//! One known difference from the daemon's single rootfs: an exec that
-//! already looked a directory up before another exec (another overlay
-//! mount) first wrote into it may not see the new entries until it starts
-//! again (overlayfs does not expect its layers to change underneath it).
-//! Execs that start after a write always see it.
+//! overlayfs does not expect its upper layer to change underneath a mount,
+//! so the layer keeps a *generation*: every fs op that opens the upper layer
+//! and every exec that ends bumps it, and an exec whose sandbox's view is
+//! older (another sandbox's exec, or an fs op, may have written since) first
+//! mounts fresh overlays (`isolation/vm`). An exec that ends leaves its own
+//! sandbox current, so one sandbox's execs in a row remount nothing.
+//!
+//! One known difference from the daemon's single rootfs: an exec already
+//! running when another sandbox writes into a directory it had looked up may
+//! not see the new entries (nor may a background process that outlived its
+//! exec, nor an exec started after a write that a background process made
+//! once its own exec had ended). Execs that start after a write by an exec
+//! or an fs op always see it.
 //!
 //! Host-side code (the fs ops, the exec's PATH lookup) reads the merged
 //! tree through [`ImageLayer::lookup`], which applies overlayfs' rules:
@@ -30,6 +38,7 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
 
 use uuid::Uuid;
 
@@ -88,6 +97,8 @@ impl Found {
 pub(crate) struct ImageLayer {
     root: PathBuf,
     dirs: Vec<LayerDir>,
+    /// Bumped whenever the upper layer may have changed (see module docs).
+    generation: Mutex<u64>,
 }
 
 impl ImageLayer {
@@ -121,7 +132,41 @@ impl ImageLayer {
         let var_tmp = root.join("upper/var/tmp");
         std::fs::create_dir(&var_tmp)?;
         std::fs::set_permissions(&var_tmp, std::fs::Permissions::from_mode(0o1777))?;
-        Ok(ImageLayer { root, dirs })
+        Ok(ImageLayer {
+            root,
+            dirs,
+            generation: Mutex::new(0),
+        })
+    }
+
+    fn lock_generation(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.generation.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current generation: a view mounted now is current with it.
+    pub(crate) fn generation(&self) -> u64 {
+        *self.lock_generation()
+    }
+
+    /// Whether a view current with `seen` is stale; if so, `seen` becomes
+    /// the current generation (the caller mounts a fresh view).
+    pub(crate) fn catch_up(&self, seen: &mut u64) -> bool {
+        let now = *self.lock_generation();
+        let stale = now != *seen;
+        *seen = now;
+        stale
+    }
+
+    /// Records that the sandbox whose view is current with `seen` may have
+    /// written into the layer: every other view is now stale, while this
+    /// one stays current if it was.
+    pub(crate) fn wrote(&self, seen: &mut u64) {
+        let mut g = self.lock_generation();
+        let current = *g == *seen;
+        *g += 1;
+        if current {
+            *seen = *g;
+        }
     }
 
     /// Every top-level directory the layer provides.
@@ -135,11 +180,17 @@ impl ImageLayer {
     }
 
     /// Splits an absolute, normalised guest path into its layer directory
-    /// and the components below it. `None` outside the layer.
+    /// and the components below it, for a host-side open of the upper
+    /// layer: every sandbox's view becomes stale. `None` outside the layer.
     pub(crate) fn split<'a>(
         &self,
         guest: &'a Path,
     ) -> Option<(&LayerDir, Vec<&'a std::ffi::OsStr>)> {
+        *self.lock_generation() += 1;
+        self.split_path(guest)
+    }
+
+    fn split_path<'a>(&self, guest: &'a Path) -> Option<(&LayerDir, Vec<&'a std::ffi::OsStr>)> {
         let mut comps = guest.components().filter_map(|c| match c {
             Component::Normal(n) => Some(n),
             _ => None,
@@ -152,7 +203,7 @@ impl ImageLayer {
     /// Looks a guest path up in the merged tree without following
     /// symlinks. `None`: it does not exist (or a whiteout hides it).
     pub(crate) fn lookup(&self, guest: &Path) -> Option<Found> {
-        let (dir, rel) = self.split(guest)?;
+        let (dir, rel) = self.split_path(guest)?;
         let mut upper = Some(dir.upper.clone());
         let mut lower = dir.lower.clone();
         for name in rel {
@@ -195,7 +246,8 @@ impl ImageLayer {
             .join(guest.strip_prefix("/").unwrap_or(guest))
     }
 
-    /// Fresh overlay workdirs for one exec (one per lowered directory).
+    /// Fresh overlay workdirs for one mount of the layer (one per lowered
+    /// directory).
     pub(crate) fn workdirs(&self) -> std::io::Result<ExecWorkdirs> {
         let base = self.root.join("work").join(Uuid::new_v4().to_string());
         std::fs::create_dir(&base)?;
@@ -212,7 +264,7 @@ impl ImageLayer {
     }
 }
 
-/// One exec's overlay workdirs; removed once its namespace is gone.
+/// One mount's overlay workdirs; removed once its sandbox is gone.
 #[derive(Debug)]
 pub(crate) struct ExecWorkdirs {
     base: PathBuf,

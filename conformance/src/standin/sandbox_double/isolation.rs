@@ -1,35 +1,36 @@
-//! Namespaced process spawning: the double's stand-in for a microVM.
+//! Namespaced sandboxes: the double's stand-in for a microVM, booted once
+//! per sandbox and kept running until it stops.
 //!
-//! Each sandbox owns a host scratch directory that serves as the root of
-//! every exec (hakoniwa `rootdir` + `Runctl::RootdirRW`). Over it go its
-//! image's rootfs directories (`/usr`, `/etc`, `/opt`, `/root`, `/var`...:
-//! overlays of the host's directories and the image's one shared writable
-//! layer, see `image_layer`), a fresh devfs at `/dev` and a procfs at
-//! `/proc`. Writes into the image rootfs are seen by every sandbox of the
-//! image, as on the daemon; the host's files are never touched. Files a
-//! guest writes anywhere else (`/tmp/x`, `/run/x`, `/newdir/f`) land in the
-//! scratch directory: they persist across that sandbox's execs, no other
-//! sandbox sees them, and they vanish when it stops. The network namespace
-//! is the host's, so guests reach the engine on 127.0.0.1.
+//! Each sandbox owns a host scratch directory that serves as its root
+//! (hakoniwa `rootdir` + `Runctl::RootdirRW`). Over it go its image's rootfs
+//! directories (`/usr`, `/etc`, `/opt`, `/root`, `/var`...: overlays of the
+//! host's directories and the image's one shared writable layer, see
+//! `image_layer`), a fresh devfs at `/dev` and a procfs at `/proc`. Writes
+//! into the image rootfs are seen by every sandbox of the image, as on the
+//! daemon; the host's files are never touched. Files a guest writes anywhere
+//! else (`/tmp/x`, `/run/x`, `/newdir/f`) land in the scratch directory:
+//! they persist across that sandbox's execs, no other sandbox sees them, and
+//! they vanish when it stops.
 //!
-//! Every exec runs in its own mount, user and PID namespace. PID 1 there is
-//! a tiny init (a closure of this process) that forks the guest program,
-//! reaps orphans and exits with the program's status (128+signal when it was
-//! killed). Making the program PID 1 itself would change its signal
-//! semantics (PID 1 ignores default-action signals from inside its
-//! namespace). When PID 1 dies the kernel kills everything left in the
-//! namespace, so SIGKILLing it kills the whole process tree, and by the time
-//! hakoniwa's reaper (the namespace's parent) has exited, nothing of the exec
-//! remains.
+//! At `sandbox::create` the sandbox boots: one mount, user, PID, IPC and UTS
+//! namespace (and network namespace: the sandbox's own behind slirp4netns
+//! for `network:true`, a private one with only loopback otherwise) with its
+//! mounts in place, and in it PID 1, the double's small init
+//! (`scr-guest-init`, see `isolation/vm`). Every exec is a child of that
+//! init, as on the daemon, so an exec costs a fork and an exec, not a new
+//! container. When PID 1 dies the kernel kills everything left in the
+//! namespace, so SIGKILLing it stops the sandbox, and by the time hakoniwa's
+//! reaper (the namespaces' parent) has exited, nothing of it remains.
 //!
 //! hakoniwa forks, and marks its first child with PDEATHSIG=SIGKILL, which
-//! the kernel ties to the forking *thread*. All spawns therefore happen on
+//! the kernel ties to the forking *thread*. All boots therefore happen on
 //! one long-lived spawner thread; when it ends (the double is dropped), any
-//! process still alive is killed.
+//! sandbox still alive is killed.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -44,8 +45,10 @@ use super::network::GuestNet;
 
 mod process;
 mod scratch;
+mod vm;
 pub(crate) use process::*;
 pub(crate) use scratch::{HostLayout, Scratch};
+pub(crate) use vm::GuestVm;
 
 /// Moves the calling thread into the network namespace `fd`.
 fn set_net(fd: libc::c_int) -> std::io::Result<()> {
@@ -59,22 +62,20 @@ fn set_net(fd: libc::c_int) -> std::io::Result<()> {
 /// Each stream is silently cut at 1 MiB, as the daemon's output sink does.
 pub(crate) const OUTPUT_CAP: usize = 1_048_576;
 
-/// Exit status the init reports when it cannot run the program at all.
+/// Exit status of a sandbox whose init binary could not be exec'd.
 const INIT_FAILURE: i32 = 125;
-
-/// Linux capability number of CAP_SYS_ADMIN, dropped from the guest's
-/// bounding set so guest root cannot unmount or remount its rootfs.
-const CAP_SYS_ADMIN: libc::c_ulong = 21;
 
 type SpawnReply = oneshot::Sender<hakoniwa::Result<hakoniwa::Child>>;
 /// A command, the sandbox network it joins (if any), and where to answer.
 type SpawnJob = (hakoniwa::Command, Option<Arc<GuestNet>>, SpawnReply);
 
-/// Spawns sandboxed processes from one long-lived thread (see module docs).
+/// Boots sandboxes from one long-lived thread (see module docs).
 pub(crate) struct Isolation {
     layout: HostLayout,
     /// The double's own state: `<temp>/scr-double-<uuid>/<image>/...`.
     state: PathBuf,
+    /// The init binary, copied into each sandbox's root at boot.
+    init_binary: PathBuf,
     /// One shared writable layer per image, created on first use.
     layers: Mutex<std::collections::HashMap<String, Arc<ImageLayer>>>,
     jobs: Mutex<Option<mpsc::Sender<SpawnJob>>>,
@@ -126,9 +127,13 @@ impl Isolation {
         let state = std::env::temp_dir().join(format!("scr-double-{}", Uuid::new_v4()));
         std::fs::create_dir(&state)
             .map_err(|e| format!("cannot create the double's state directory: {e}"))?;
+        let init_binary = state.join("scr-guest-init");
+        write_executable(&init_binary, vm::GUEST_INIT)
+            .map_err(|e| format!("cannot write the sandbox init binary: {e}"))?;
         Ok(Isolation {
             layout,
             state,
+            init_binary,
             layers: Mutex::new(std::collections::HashMap::new()),
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
@@ -169,8 +174,9 @@ impl Isolation {
 
     /// Proves that a sandboxed process really runs in its own root: it
     /// writes `/tmp/<marker>`, which must land in a scratch directory and
-    /// not in the host's /tmp, and its parent must be PID 1. Any failure
-    /// means isolation is unavailable and the double must not start.
+    /// not in the host's /tmp, and its parent must be PID 1 (the sandbox's
+    /// init). Any failure means isolation is unavailable and the double must
+    /// not start.
     pub(crate) async fn probe(&self) -> Result<(), String> {
         let id = Uuid::new_v4();
         let layer = Arc::new(
@@ -190,13 +196,17 @@ impl Isolation {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             workdir: "/".into(),
             stdin: Vec::new(),
-            network: true,
         };
+        let mut vms = Vec::new();
         let result = async {
-            let running = self
-                .spawn(&scratch, &spec)
+            let vm = self
+                .boot(&scratch, true, None)
                 .await
+                .map_err(|e| format!("cannot boot a namespaced sandbox: {e}"))?;
+            let running = vm
+                .spawn(&spec)
                 .map_err(|e| format!("cannot spawn a namespaced process: {e}"))?;
+            vms.push(vm);
             let outcome = tokio::time::timeout(Duration::from_secs(20), running.outcome())
                 .await
                 .map_err(|_| "a namespaced probe process did not finish in 20 s".to_string())?;
@@ -224,19 +234,22 @@ impl Isolation {
             }
             if stdout != "1" {
                 return Err(format!(
-                    "the guest program's parent is pid {stdout:?}, not the namespace's init"
+                    "the guest program's parent is pid {stdout:?}, not the sandbox's init"
                 ));
             }
             // `network:false` sandboxes need a private network namespace.
             let offline = ExecSpec {
                 argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
-                network: false,
                 ..spec.clone()
             };
-            let running = self
-                .spawn(&scratch, &offline)
+            let vm = self
+                .boot(&scratch, false, None)
                 .await
+                .map_err(|e| format!("cannot boot into a private network namespace: {e}"))?;
+            let running = vm
+                .spawn(&offline)
                 .map_err(|e| format!("cannot spawn into a private network namespace: {e}"))?;
+            vms.push(vm);
             let outcome = tokio::time::timeout(Duration::from_secs(20), running.outcome())
                 .await
                 .map_err(|_| "a network-less probe process did not finish in 20 s".to_string())?;
@@ -250,6 +263,9 @@ impl Isolation {
             Ok(())
         }
         .await;
+        for vm in &vms {
+            vm.kill_and_wait(Duration::from_secs(5)).await;
+        }
         let _ = scratch.remove();
         let _ = layer.remove();
         result.map_err(|e| {
@@ -257,147 +273,66 @@ impl Isolation {
         })
     }
 
-    /// Starts `spec` inside `scratch`'s sandbox. The output is collected on
-    /// helper threads; see [`Running::outcome`].
-    pub(crate) async fn spawn(
+    /// Boots `scratch`'s sandbox: its namespaces and mounts, and its init,
+    /// inside `net` (a `network:true` sandbox's own network) when given,
+    /// the host's network for `network` without one (no slirp4netns), or a
+    /// private network with only loopback.
+    pub(crate) async fn boot(
         &self,
         scratch: &Scratch,
-        spec: &ExecSpec,
-    ) -> std::io::Result<Running> {
-        self.spawn_in(scratch, spec, None).await
-    }
-
-    /// [`Isolation::spawn`], inside `net` (a `network:true` sandbox's own
-    /// network) when given; `spec.network` must then be true.
-    pub(crate) async fn spawn_in(
-        &self,
-        scratch: &Scratch,
-        spec: &ExecSpec,
+        network: bool,
         net: Option<Arc<GuestNet>>,
-    ) -> std::io::Result<Running> {
-        let workdirs = scratch.view().layer().workdirs()?;
-        let mut cmd = match self.command(scratch, spec, &workdirs) {
-            Ok(cmd) => cmd,
+    ) -> std::io::Result<GuestVm> {
+        let layer = scratch.view().shared_layer();
+        let seen = layer.generation();
+        let workdirs = layer.workdirs()?;
+        let booted = async {
+            std::fs::copy(
+                &self.init_binary,
+                scratch.path().join(&vm::GUEST_INIT_PATH[1..]),
+            )?;
+            let (ours, theirs) = UnixStream::pair()?;
+            let mut cmd = self.command(scratch, network, &workdirs)?;
+            let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+            cmd.current_dir("/")
+                .stdin(Stdio::from(OwnedFd::from(theirs)))
+                .stdout(Stdio::from(null))
+                .stderr(Stdio::inherit());
+            let (tx, rx) = oneshot::channel();
+            {
+                let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                match jobs.as_ref() {
+                    None => return Err(std::io::Error::other("the double is shutting down")),
+                    Some(jobs) => jobs
+                        .send((cmd, net, tx))
+                        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?,
+                }
+            }
+            let child = rx
+                .await
+                .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            Ok((child, ours))
+        }
+        .await;
+        match booted {
+            Ok((child, ours)) => GuestVm::adopt(child, ours, layer, seen, workdirs),
             Err(e) => {
                 workdirs.remove();
-                return Err(e);
-            }
-        };
-        cmd.current_dir(&spec.workdir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let (tx, rx) = oneshot::channel();
-        {
-            let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            let sent = match jobs.as_ref() {
-                None => Err(std::io::Error::other("the double is shutting down")),
-                Some(jobs) => jobs
-                    .send((cmd, net, tx))
-                    .map_err(|_| std::io::Error::other("the spawner thread is gone")),
-            };
-            if let Err(e) = sent {
-                workdirs.remove();
-                return Err(e);
+                Err(e)
             }
         }
-        let spawned = rx
-            .await
-            .map_err(|_| std::io::Error::other("the spawner thread is gone"))
-            .and_then(|r| r.map_err(|e| std::io::Error::other(e.to_string())));
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                workdirs.remove();
-                return Err(e);
-            }
-        };
-
-        let outer_pid = child.id() as libc::pid_t;
-        let outer = pidfd_open(outer_pid);
-        let init = find_init(outer_pid);
-        let (done_tx, done_rx) = watch::channel(false);
-        let handle = Arc::new(ProcHandle {
-            outer,
-            init,
-            finished: done_rx,
-            stopped: AtomicBool::new(false),
-        });
-
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let input = spec.stdin.clone();
-        let (out_tx, out_rx) = oneshot::channel();
-        std::thread::Builder::new()
-            .name("sandbox-exec".into())
-            .spawn(move || {
-                let writer = stdin.map(|mut w| {
-                    std::thread::spawn(move || {
-                        // EPIPE when the program never reads: that is fine.
-                        let _ = w.write_all(&input);
-                    })
-                });
-                let out = stdout.map(|r| std::thread::spawn(move || read_capped(r)));
-                let err = stderr.map(|r| std::thread::spawn(move || read_capped(r)));
-                let exit = match child.wait() {
-                    Ok(status) if status.reason.starts_with("process(") => {
-                        ExitKind::Code(status.code)
-                    }
-                    Ok(status) => ExitKind::ContainerFailure(status.reason),
-                    Err(e) => ExitKind::ContainerFailure(e.to_string()),
-                };
-                // The namespace is gone: its overlays no longer use these.
-                workdirs.remove();
-                let _ = done_tx.send(true);
-                let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
-                    h.and_then(|h| h.join().ok()).unwrap_or_default()
-                };
-                let outcome = Outcome {
-                    stdout: join(out),
-                    stderr: join(err),
-                    exit,
-                };
-                if let Some(w) = writer {
-                    let _ = w.join();
-                }
-                let _ = out_tx.send(outcome);
-            })?;
-        Ok(Running {
-            handle,
-            outcome: out_rx,
-        })
     }
 
-    /// The hakoniwa command for `spec`: namespaces, mounts, and the init
-    /// closure that runs the program.
+    /// The hakoniwa command of a sandbox: namespaces, mounts, and a closure
+    /// that execs the init.
     fn command(
         &self,
         scratch: &Scratch,
-        spec: &ExecSpec,
+        network: bool,
         workdirs: &ExecWorkdirs,
     ) -> std::io::Result<hakoniwa::Command> {
-        let nul = |what: &str| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("nul byte found in provided data ({what})"),
-            )
-        };
-        let program = CString::new(spec.program.as_str()).map_err(|_| nul("program"))?;
-        let argv = spec
-            .argv
-            .iter()
-            .map(|a| CString::new(a.as_str()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| nul("argv"))?;
-        let envp = spec
-            .env
-            .iter()
-            .map(|(k, v)| CString::new(format!("{k}={v}")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| nul("env"))?;
-        let argv0 = spec.argv.first().cloned().unwrap_or_default();
-
+        let program = CString::new(vm::GUEST_INIT_PATH).map_err(std::io::Error::other)?;
         let mut container = Container::new();
         container
             .rootdir(scratch.path())
@@ -416,10 +351,11 @@ impl Isolation {
             let upper = path(&d.upper)?;
             match &d.lower {
                 // `userxattr`: whiteouts and opaque directories work inside
-                // the exec's user namespace.
+                // the sandbox's user namespace; `volatile`: the layer is
+                // scratch, so unmounting need not sync it to disk.
                 Some(lower) => {
                     let data = format!(
-                        "lowerdir={},upperdir={upper},workdir={},userxattr",
+                        "lowerdir={},upperdir={upper},workdir={},userxattr,volatile",
                         path(lower)?,
                         path(&workdirs.for_dir(&d.name))?,
                     );
@@ -437,7 +373,6 @@ impl Isolation {
             }
         }
         container.devfsmount("/dev");
-        let network = spec.network;
         if !network {
             container.unshare(Namespace::Network);
         }
@@ -446,15 +381,31 @@ impl Isolation {
             if !network {
                 loopback_up();
             }
-            run_init(&program, &argv, &envp, &argv0)
+            let argv = [program.as_ptr(), program.as_ptr(), std::ptr::null()];
+            let envp = [std::ptr::null()];
+            // SAFETY: NUL-terminated strings and null-terminated arrays that
+            // outlive the call; on success it does not return.
+            unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+            INIT_FAILURE
         };
         // SAFETY: the closure runs in the namespace's PID 1 after fork, in a
         // single-threaded process. It only calls async-signal-safe libc
-        // functions (fork, execve, waitpid, write, _exit, prctl) plus
-        // allocation, which glibc keeps usable after fork.
+        // functions (socket, ioctl, close, execve).
         let cmd = unsafe { container.command_from_closure(init) };
         Ok(cmd)
     }
+}
+
+/// Writes `bytes` to a new file at `path`, mode 0755.
+fn write_executable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .open(path)?;
+    f.write_all(bytes)
 }
 
 impl Drop for Isolation {

@@ -112,14 +112,26 @@ pub(crate) async fn handle_create(
         .isolation
         .scratch(&req.image, id)
         .map_err(|e| DaemonError::BootFailed(format!("overlay dirs: {e}")))?;
+    // The sandbox's namespaces and init, once: every exec then starts in it.
+    let vm = match d
+        .isolation
+        .boot(&scratch, req.network == Some(true), net.clone())
+        .await
+    {
+        Ok(vm) => vm,
+        Err(e) => {
+            let _ = scratch.remove();
+            return Err(DaemonError::BootFailed(format!("boot: {e}")));
+        }
+    };
     let mut entry = Entry::new(
         req.name,
         req.image.clone(),
         req.idle_timeout_secs
             .unwrap_or(d.limits.default_idle_timeout_secs),
         Duration::from_millis(d.limits.boot_delay_ms),
-        req.network == Some(true),
-        scratch,
+        Arc::new(scratch),
+        vm,
         parse_kv(&env),
     );
     entry.net = net;

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::error::DaemonError;
-use super::isolation::{ProcHandle, Scratch};
+use super::isolation::{GuestVm, ProcHandle, Scratch};
 use super::network::GuestNet;
 
 /// How long a stop waits for an exec's processes to be reaped after
@@ -38,9 +38,9 @@ pub(crate) struct Entry {
     pub(crate) stopped: bool,
     /// When the modelled guest boot completes.
     pub(crate) ready_at: Instant,
-    /// Created with `network:true`: execs share the host's network.
-    pub(crate) network: bool,
     pub(crate) scratch: Arc<Scratch>,
+    /// Its running init, every exec's parent.
+    pub(crate) vm: Arc<GuestVm>,
     /// Create-time environment, inherited by every exec.
     pub(crate) env: Arc<Vec<(String, String)>>,
     /// Its own network (`network:true` on a host with slirp4netns).
@@ -56,8 +56,8 @@ impl Entry {
         image: String,
         idle_timeout_secs: u64,
         boot_delay: Duration,
-        network: bool,
-        scratch: Scratch,
+        scratch: Arc<Scratch>,
+        vm: GuestVm,
         env: Vec<(String, String)>,
     ) -> Entry {
         let now = Instant::now();
@@ -70,8 +70,8 @@ impl Entry {
             idle_timeout_secs,
             stopped: false,
             ready_at: now + boot_delay,
-            network,
-            scratch: Arc::new(scratch),
+            scratch,
+            vm: Arc::new(vm),
             env: Arc::new(env),
             net: None,
             procs: HashMap::new(),
@@ -86,8 +86,7 @@ pub(crate) struct Guest {
     pub(crate) scratch: Arc<Scratch>,
     pub(crate) env: Arc<Vec<(String, String)>>,
     pub(crate) ready_at: Instant,
-    pub(crate) network: bool,
-    pub(crate) net: Option<Arc<GuestNet>>,
+    pub(crate) vm: Arc<GuestVm>,
 }
 
 /// One row of `sandbox::list`.
@@ -103,26 +102,24 @@ pub(crate) struct Summary {
     pub(crate) stopped: bool,
 }
 
-/// A sandbox claimed for stopping: its processes and scratch directory.
+/// A sandbox claimed for stopping: its execs, its init, its scratch
+/// directory.
 pub(crate) struct StopWork {
     pub(crate) id: Uuid,
     procs: Vec<Arc<ProcHandle>>,
+    vm: Arc<GuestVm>,
     scratch: Arc<Scratch>,
 }
 
 impl StopWork {
-    /// Synchronous last-resort teardown (for `Drop`): SIGKILL every process,
-    /// give them a moment to be reaped, delete the scratch directory.
+    /// Synchronous last-resort teardown (for `Drop`): SIGKILL the sandbox,
+    /// give its processes a moment to be reaped, delete the scratch
+    /// directory.
     pub(crate) fn kill_now(self) {
         for p in &self.procs {
             p.mark_stopped();
-            p.signal(libc::SIGKILL);
         }
-        crate::standin::wait::until_blocking(
-            Duration::from_secs(2),
-            Duration::from_millis(5),
-            || self.procs.iter().all(|p| p.is_finished()),
-        );
+        self.vm.kill_now(Duration::from_secs(2));
         let _ = self.scratch.remove();
     }
 }
@@ -358,20 +355,19 @@ impl Registry {
         }
     }
 
-    /// The daemon's stop sequence on a claimed sandbox: SIGTERM, the grace,
-    /// SIGKILL of every process, wait until they are gone, delete the
-    /// scratch directory, remove the entry. The grace is always paid, as on
-    /// the daemon, whatever the sandbox was doing.
+    /// The daemon's stop sequence on a claimed sandbox: the grace, SIGKILL
+    /// of the whole sandbox (every exec and every process that outlived
+    /// one), wait until they are gone, delete the scratch directory, remove
+    /// the entry. The grace is always paid, as on the daemon, whatever the
+    /// sandbox was doing. Guest processes see no SIGTERM (nor did they
+    /// before: it went to a namespace's init, which had no handler for it).
     pub(crate) async fn finish_stop(&self, work: StopWork, grace: Duration) {
         for p in &work.procs {
             p.mark_stopped();
-            p.signal(libc::SIGTERM);
         }
         tokio::time::sleep(grace).await;
-        for p in &work.procs {
-            if !p.kill_and_wait(KILL_PATIENCE).await {
-                tracing::warn!(sandbox_id = %work.id, "an exec's processes outlived SIGKILL");
-            }
+        if !work.vm.kill_and_wait(KILL_PATIENCE).await {
+            tracing::warn!(sandbox_id = %work.id, "a sandbox's processes outlived SIGKILL");
         }
         // An exec admitted before the claim but spawned after it kills its
         // own process (attach_proc refuses); wait for it before deleting.
@@ -401,8 +397,7 @@ fn guest_of(e: &Entry) -> Guest {
         scratch: e.scratch.clone(),
         env: e.env.clone(),
         ready_at: e.ready_at,
-        network: e.network,
-        net: e.net.clone(),
+        vm: e.vm.clone(),
     }
 }
 
@@ -411,6 +406,7 @@ fn claim(id: Uuid, e: &mut Entry) -> StopWork {
     StopWork {
         id,
         procs: e.procs.values().cloned().collect(),
+        vm: e.vm.clone(),
         scratch: e.scratch.clone(),
     }
 }

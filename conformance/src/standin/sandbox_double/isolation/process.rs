@@ -1,5 +1,5 @@
 //! One exec's process: what to run, how it ended, the handle that signals
-//! and reaps it, and the init and pidfd helpers under it.
+//! its process group, and the pidfd helpers under the sandbox's init.
 
 use super::*;
 
@@ -16,9 +16,6 @@ pub(crate) struct ExecSpec {
     pub(crate) workdir: String,
     /// Bytes fed to stdin before EOF.
     pub(crate) stdin: Vec<u8>,
-    /// Share the host's network namespace (`network:true`). Otherwise the
-    /// exec gets a private one with only loopback, as a VM without a NIC.
-    pub(crate) network: bool,
 }
 
 /// How an exec ended.
@@ -38,18 +35,24 @@ pub(crate) struct Outcome {
     pub(crate) exit: ExitKind,
 }
 
-/// A live exec's processes, addressed by pidfd so a recycled pid can never
-/// be signalled by mistake.
-#[derive(Debug)]
+/// A live exec: its process group in the sandbox, signalled through the
+/// sandbox's init (which alone knows the group's pids).
 pub(crate) struct ProcHandle {
-    /// hakoniwa's reaper, the namespace's parent.
-    pub(super) outer: Option<OwnedFd>,
-    /// PID 1 of the exec's namespace.
-    pub(super) init: Option<OwnedFd>,
-    pub(super) finished: watch::Receiver<bool>,
+    pub(super) core: Arc<vm::VmCore>,
+    pub(super) id: u64,
+    /// The exec has ended: its process exited and its output closed.
+    pub(super) ended: watch::Receiver<bool>,
+    /// Its process group has no process left (after a SIGKILL).
+    pub(super) gone: watch::Receiver<bool>,
     /// Set when the sandbox is being stopped: the exec then reports the
     /// daemon's "vm disconnected" S300 rather than a kill status.
     pub(super) stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for ProcHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcHandle").field("id", &self.id).finish()
+    }
 }
 
 impl ProcHandle {
@@ -63,48 +66,35 @@ impl ProcHandle {
         self.stopped.load(Ordering::SeqCst)
     }
 
-    /// Sends `sig` to the exec's PID 1 (or its reaper if PID 1 is unknown).
+    /// Sends `sig` to the exec's process group (as the daemon does at the
+    /// deadline; a process that left the group is not touched).
     pub(crate) fn signal(&self, sig: libc::c_int) {
-        if let Some(fd) = self.init.as_ref().or(self.outer.as_ref()) {
-            pidfd_send_signal(fd, sig);
-        }
+        self.core.kill_group(self.id, sig);
     }
 
-    /// Kills every process of the exec and waits (up to `patience`) until
-    /// they are all gone. SIGKILL to PID 1 makes the kernel kill the whole
-    /// namespace; the reaper only exits once that is done, which is what
-    /// `finished` reports. The reaper itself is killed only as a last resort.
+    /// SIGKILLs the exec's process group and waits (up to `patience`) until
+    /// no process of it is left. Processes that left the group (`setsid`)
+    /// live on in the sandbox until it stops, as on the daemon.
     pub(crate) async fn kill_and_wait(&self, patience: Duration) -> bool {
         if self.is_finished() {
             return true;
         }
-        match &self.init {
-            Some(fd) => pidfd_send_signal(fd, libc::SIGKILL),
-            None => {
-                if let Some(fd) = &self.outer {
-                    pidfd_send_signal(fd, libc::SIGKILL);
-                }
-            }
-        }
-        if self.wait_finished(patience).await {
-            return true;
-        }
-        if let Some(fd) = &self.outer {
-            pidfd_send_signal(fd, libc::SIGKILL);
-        }
-        self.wait_finished(patience).await
-    }
-
-    /// Whether every process of the exec has been reaped.
-    pub(crate) fn is_finished(&self) -> bool {
-        *self.finished.borrow()
-    }
-
-    /// Waits up to `patience` for the exec to be fully reaped.
-    pub(crate) async fn wait_finished(&self, patience: Duration) -> bool {
-        let mut rx = self.finished.clone();
-        let waited = tokio::time::timeout(patience, rx.wait_for(|done| *done)).await;
+        self.signal(libc::SIGKILL);
+        let mut rx = self.gone.clone();
+        let waited = tokio::time::timeout(patience, rx.wait_for(|gone| *gone)).await;
         matches!(waited, Ok(Ok(_)))
+    }
+
+    /// Whether the exec has ended (or its group was killed to the last
+    /// process).
+    pub(crate) fn is_finished(&self) -> bool {
+        *self.ended.borrow() || *self.gone.borrow()
+    }
+}
+
+impl Drop for ProcHandle {
+    fn drop(&mut self) {
+        self.core.forget(self.id);
     }
 }
 
@@ -122,50 +112,6 @@ impl Running {
             stderr: Vec::new(),
             exit: ExitKind::ContainerFailure("exec collector vanished".to_string()),
         })
-    }
-}
-
-/// The namespace's PID 1: forks the program, reaps every orphan, and exits
-/// with the program's status (128+signal if a signal killed it).
-pub(super) fn run_init(program: &CString, argv: &[CString], envp: &[CString], argv0: &str) -> i32 {
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
-    envp_ptrs.push(std::ptr::null());
-    // SAFETY: plain libc calls on valid, NUL-terminated buffers that outlive
-    // them; the child branch never returns (execve or _exit).
-    unsafe {
-        let pid = libc::fork();
-        if pid < 0 {
-            return INIT_FAILURE;
-        }
-        if pid == 0 {
-            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0);
-            libc::execve(program.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
-            let errno = *libc::__errno_location();
-            let (code, what) = if errno == libc::EACCES {
-                (126, "permission denied")
-            } else {
-                (127, "not found")
-            };
-            let msg = format!("exec: {argv0}: {what}\n");
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::_exit(code);
-        }
-        loop {
-            let mut status: libc::c_int = 0;
-            let r = libc::waitpid(-1, &mut status, 0);
-            if r == pid {
-                if libc::WIFEXITED(status) {
-                    return libc::WEXITSTATUS(status);
-                }
-                if libc::WIFSIGNALED(status) {
-                    return 128 + libc::WTERMSIG(status);
-                }
-            } else if r < 0 && *libc::__errno_location() != libc::EINTR {
-                return INIT_FAILURE;
-            }
-        }
     }
 }
 
@@ -188,7 +134,7 @@ pub(super) fn read_capped(mut r: impl Read) -> Vec<u8> {
     kept
 }
 
-/// PID 1 of the exec's namespace, as a pidfd. hakoniwa's reaper forks it
+/// PID 1 of the sandbox's namespaces, as a pidfd. hakoniwa's reaper forks it
 /// before `spawn` returns, so it is listed among the reaper's children.
 pub(super) fn find_init(outer: libc::pid_t) -> Option<OwnedFd> {
     let listed = std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))

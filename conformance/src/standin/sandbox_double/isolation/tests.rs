@@ -1,5 +1,6 @@
-//! The isolation layer on the host: namespaces, the init, killing a whole
-//! process tree, the guest skeleton.
+//! The isolation layer on the host: a sandbox's namespaces and init, its
+//! execs' process groups, what outlives an exec, the shared image layer
+//! seen from long-lived mounts, the guest skeleton.
 
 use super::*;
 use crate::standin::host::pids_with;
@@ -26,8 +27,19 @@ fn sh(script: &str) -> ExecSpec {
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         workdir: "/".into(),
         stdin: Vec::new(),
-        network: true,
     }
+}
+
+fn marker(base: u16) -> String {
+    format!(
+        "{}.{}",
+        base + rand::random::<u16>() % 1000,
+        rand::random::<u32>()
+    )
+}
+
+async fn run(vm: &GuestVm, script: &str) -> Outcome {
+    vm.spawn(&sh(script)).expect("spawn").outcome().await
 }
 
 #[tokio::test]
@@ -41,13 +53,12 @@ async fn files_persist_per_scratch_and_stay_private() {
     let iso = Isolation::new().expect("isolation");
     let a = iso.scratch("python", Uuid::new_v4()).expect("scratch a");
     let b = iso.scratch("python", Uuid::new_v4()).expect("scratch b");
+    let (va, vb) = (
+        iso.boot(&a, false, None).await.expect("boot a"),
+        iso.boot(&b, false, None).await.expect("boot b"),
+    );
     let write = "mkdir -p /node_modules/x /newdir && echo 1 > /tmp/f && echo 2 > /node_modules/x/y && echo 3 > /newdir/z";
-    let o = iso
-        .spawn(&a, &sh(write))
-        .await
-        .expect("spawn")
-        .outcome()
-        .await;
+    let o = run(&va, write).await;
     assert_eq!(
         o.exit,
         ExitKind::Code(0),
@@ -55,78 +66,119 @@ async fn files_persist_per_scratch_and_stay_private() {
         String::from_utf8_lossy(&o.stderr)
     );
     let read = "cat /tmp/f /node_modules/x/y /newdir/z";
-    let o = iso
-        .spawn(&a, &sh(read))
-        .await
-        .expect("spawn")
-        .outcome()
-        .await;
+    let o = run(&va, read).await;
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n2\n3\n");
-    let o = iso
-        .spawn(&b, &sh(read))
-        .await
-        .expect("spawn")
-        .outcome()
-        .await;
+    let o = run(&vb, read).await;
     assert_eq!(o.exit, ExitKind::Code(1));
     assert!(o.stdout.is_empty());
+    assert!(va.kill_and_wait(Duration::from_secs(5)).await);
+    assert!(vb.kill_and_wait(Duration::from_secs(5)).await);
     let _ = a.remove();
     let _ = b.remove();
 }
 
+/// As on the daemon: the exec's own process group is its own; what it
+/// leaves running in the background lives on in the sandbox (the next exec
+/// sees it) until the sandbox stops.
 #[tokio::test]
-async fn signals_map_to_128_plus_and_background_jobs_die_with_the_exec() {
+async fn signals_map_to_128_plus_and_background_jobs_live_until_the_sandbox_stops() {
     let iso = Isolation::new().expect("isolation");
     let s = iso.scratch("python", Uuid::new_v4()).expect("scratch");
-    let o = iso
-        .spawn(&s, &sh("kill -9 $$"))
-        .await
-        .expect("spawn")
-        .outcome()
-        .await;
+    let vm = iso.boot(&s, false, None).await.expect("boot");
+    let o = run(&vm, "kill -9 $$").await;
     assert_eq!(o.exit, ExitKind::Code(137));
-    let marker = format!(
-        "{}.{}",
-        4000 + rand::random::<u16>() % 1000,
-        rand::random::<u32>()
-    );
-    let o = iso
-        .spawn(&s, &sh(&format!("sleep {marker} & echo started")))
-        .await
-        .expect("spawn")
-        .outcome()
-        .await;
+    let (m1, m2) = (marker(4000), marker(4000));
+    let o = run(
+        &vm,
+        &format!("sleep {m1} >/dev/null 2>&1 & setsid sleep {m2} >/dev/null 2>&1 & echo started; echo $$ $(cut -d' ' -f5 /proc/self/stat)"),
+    )
+    .await;
     assert_eq!(o.exit, ExitKind::Code(0));
-    assert!(
-        pids_with(&marker).is_empty(),
-        "background job survived its exec"
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let ids: Vec<&str> = out.lines().nth(1).unwrap_or_default().split(' ').collect();
+    assert_eq!(ids.len(), 2, "{out}");
+    assert_eq!(
+        ids[0], ids[1],
+        "the exec leads its own process group: {out}"
     );
+    assert_eq!(
+        pids_with(&m1).len(),
+        1,
+        "a background job outlives its exec"
+    );
+    assert_eq!(pids_with(&m2).len(), 1, "a setsid job outlives its exec");
+    let o = run(&vm, &format!("grep -l {m1} /proc/[0-9]*/cmdline")).await;
+    assert!(!o.stdout.is_empty(), "the next exec sees it");
+    assert!(vm.kill_and_wait(Duration::from_secs(5)).await);
+    assert!(pids_with(&m1).is_empty() && pids_with(&m2).is_empty());
     let _ = s.remove();
 }
 
+/// The deadline's kill: the exec's process group, to its last process, and
+/// nothing that left the group.
 #[tokio::test]
-async fn kill_and_wait_leaves_no_process() {
+async fn kill_and_wait_kills_the_exec_group_only() {
     let iso = Isolation::new().expect("isolation");
     let s = iso.scratch("python", Uuid::new_v4()).expect("scratch");
-    let marker = format!(
-        "{}.{}",
-        5000 + rand::random::<u16>() % 1000,
-        rand::random::<u32>()
-    );
-    let script = format!("sh -c 'sleep {marker}' & sleep {marker}; echo never");
-    let running = iso.spawn(&s, &sh(&script)).await.expect("spawn");
+    let vm = iso.boot(&s, false, None).await.expect("boot");
+    let (m, away) = (marker(5000), marker(5000));
+    let script =
+        format!("setsid sleep {away} >/dev/null 2>&1 & sh -c 'sleep {m}' & sleep {m}; echo never");
+    let running = vm.spawn(&sh(&script)).expect("spawn");
     let handle = running.handle.clone();
     assert!(
         crate::standin::wait::until(Duration::from_secs(10), || async {
-            pids_with(&marker).len() >= 2
+            pids_with(&m).len() >= 3 && !pids_with(&away).is_empty()
         })
         .await
     );
     assert!(handle.kill_and_wait(Duration::from_secs(5)).await);
-    assert_eq!(pids_with(&marker), Vec::<String>::new());
+    assert_eq!(pids_with(&m), Vec::<String>::new());
+    assert_eq!(pids_with(&away).len(), 1, "setsid left the group");
     let o = running.outcome().await;
     assert!(o.stdout.is_empty());
+    assert!(vm.kill_and_wait(Duration::from_secs(5)).await);
+    assert!(pids_with(&away).is_empty(), "stop kills everything");
     let _ = s.remove();
+}
+
+/// One sandbox's long-lived overlays still see what another sandbox's exec
+/// or a host-side write put into the shared image layer after they had
+/// looked the directory up.
+#[tokio::test]
+async fn image_writes_reach_a_sandbox_that_looked_before() {
+    let iso = Isolation::new().expect("isolation");
+    let a = iso.scratch("python", Uuid::new_v4()).expect("scratch a");
+    let b = iso.scratch("python", Uuid::new_v4()).expect("scratch b");
+    let (va, vb) = (
+        iso.boot(&a, false, None).await.expect("boot a"),
+        iso.boot(&b, false, None).await.expect("boot b"),
+    );
+    let tag = Uuid::new_v4().simple().to_string();
+    let probe = format!("ls /usr/share/scr-{tag}; ls /usr/lib/scr-{tag}; cat /usr/share/scr-{tag}/f /usr/lib/scr-{tag}");
+    let o = run(&vb, &probe).await;
+    assert_ne!(o.exit, ExitKind::Code(0), "nothing there yet");
+    let o = run(
+        &va,
+        &format!("mkdir /usr/share/scr-{tag} && echo a > /usr/share/scr-{tag}/f"),
+    )
+    .await;
+    assert_eq!(o.exit, ExitKind::Code(0));
+    let layer = a.view().shared_layer();
+    let (dir, _) = layer.split(Path::new("/usr/lib")).expect("in the layer");
+    std::fs::create_dir_all(dir.upper.join("lib")).expect("upper lib");
+    std::fs::write(dir.upper.join(format!("lib/scr-{tag}")), "host\n").expect("host write");
+    let o = run(
+        &vb,
+        &format!("cat /usr/share/scr-{tag}/f /usr/lib/scr-{tag}"),
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "a\nhost\n", "{o:?}");
+    assert!(va.kill_and_wait(Duration::from_secs(5)).await);
+    assert!(vb.kill_and_wait(Duration::from_secs(5)).await);
+    let _ = a.remove();
+    let _ = b.remove();
+    iso.discard_state();
 }
 
 #[test]

@@ -13,7 +13,7 @@ fn entry(idle_secs: u64) -> (Uuid, Entry) {
     let id = Uuid::new_v4();
     let layout = HostLayout::detect().expect("host layout");
     let layer = TEST_LAYER.get_or_init(TempLayer::new).0.clone();
-    let scratch = Scratch::create(&layout, layer, id).expect("scratch");
+    let scratch = Scratch::create(&layout, layer.clone(), id).expect("scratch");
     (
         id,
         Entry::new(
@@ -21,8 +21,8 @@ fn entry(idle_secs: u64) -> (Uuid, Entry) {
             "python".into(),
             idle_secs,
             Duration::ZERO,
-            false,
-            scratch,
+            Arc::new(scratch),
+            GuestVm::none(layer),
             vec![],
         ),
     )
