@@ -32,11 +32,12 @@ fn dir(generation: u64) -> String {
     format!("/tmp/.scr/pre/{generation}")
 }
 
-/// The interpreter command `scr_spawn` runs, its harness being `"$1"`.
+/// The interpreter command `scr_spawn` runs (the harness is `$1` of the
+/// exec's shell, kept as `SCR_HARNESS`).
 fn interpreter(lang: Lang) -> &'static str {
     match lang {
-        Lang::Python => r#"python3 -c "$1""#,
-        Lang::Node => r#"node --input-type=module -e "$1""#,
+        Lang::Python => r#"python3 -c "$SCR_HARNESS""#,
+        Lang::Node => r#"node --input-type=module -e "$SCR_HARNESS""#,
     }
 }
 
@@ -52,7 +53,7 @@ fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> Exe
     let mut argv = vec![
         "sh".to_string(),
         "-c".to_string(),
-        format!("{RELAY}\n{command}\n"),
+        format!("{RELAY}\nSCR_HARNESS=$1\n{command}\n"),
         "sh".to_string(),
         harness(lang).to_string(),
     ];
@@ -92,17 +93,20 @@ pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParam
 /// `p` handed to the interpreter waiting in generation `using` (after
 /// starting generation `next`, when the VM serves later calls).
 pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecParams) -> ExecParams {
-    let mut command = String::new();
+    // The next interpreter starts once this call has its verdict
+    // (`scr_verdict` runs `scr_spawn $SCR_NEXT`).
+    let mut command = format!("SCR_USING={}; ", dir(using));
     if let Some(n) = next {
-        command.push_str(&format!(
-            "SCR_USING={}; scr_spawn {} {}; ",
-            dir(using),
-            dir(n),
-            interpreter(lang)
-        ));
+        command.push_str(&format!("SCR_NEXT='{} {}'; ", dir(n), interpreter(lang)));
     }
     let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
-    command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
+    // Python takes the exec's own streams (nothing copied); node cannot
+    // move its fds 1 and 2, so the relay copies them from its FIFOs.
+    let relay = match lang {
+        Lang::Python => "scr_relay_direct",
+        Lang::Node => "scr_relay",
+    };
+    command.push_str(&format!("{relay} {} {seconds}", dir(using)));
     let mut e = shell(
         lang,
         command,
@@ -281,7 +285,10 @@ mod tests {
             command.ends_with("scr_relay /tmp/.scr/pre/4 2.500\n"),
             "{command}"
         );
-        assert!(command.contains("scr_spawn /tmp/.scr/pre/5 python3"));
+        assert!(
+            command.contains(r#"SCR_NEXT='/tmp/.scr/pre/5 python3 -c "$SCR_HARNESS"'"#),
+            "{command}"
+        );
     }
 
     #[test]

@@ -63,8 +63,11 @@ fn seen(p: &ExecParams) -> Seen {
         return Seen::Cold;
     }
     let command = p.argv[2].lines().last().unwrap_or_default();
-    let spawn = generation_after(command, "scr_spawn /tmp/.scr/pre/");
-    match generation_after(command, "scr_relay /tmp/.scr/pre/") {
+    let spawn = generation_after(command, "scr_spawn /tmp/.scr/pre/")
+        .or_else(|| generation_after(command, "SCR_NEXT='/tmp/.scr/pre/"));
+    let relay = generation_after(command, "scr_relay /tmp/.scr/pre/")
+        .or_else(|| generation_after(command, "scr_relay_direct /tmp/.scr/pre/"));
+    match relay {
         Some(using) => Seen::Relay { using, spawn },
         None => Seen::ColdSpawning {
             spawn: spawn.expect("a spawn"),

@@ -1,12 +1,15 @@
 # sandbox-code-runner: a pre-started python interpreter (see relay.sh).
-# argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3/1/2 are <dir>'s
-# in/out/err FIFOs, opened read-write by the spawner; stdin is /dev/null)
+# argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3/1/2/4 are <dir>'s
+# in/out/err/life FIFOs, opened read-write by the spawner; stdin /dev/null)
 # It imports what the wrappers use and the iii SDK module (when it is
-# planted), connects nothing, then waits for one request on fd 3:
+# planted), connects nothing, then waits on fd 3 for the pid of the relay
+# (scr_relay_direct) that hands it a call. From that relay's stdin (through
+# /proc/<pid>/fd/6) it reads the request:
 #   {"script": <a wrapper, as for python3 -c>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
-# and runs the script as `python3 -c` would in a fresh process: its stdin
-# is those bytes, its env the VM's plus the request's, sys.argv ["-c"].
-# Its exit code goes to <dir>/status, read by the relay.
+# takes the relay's stdout and stderr as its own fds 1 and 2, and runs the
+# script as `python3 -c` would in a fresh process: its stdin is those
+# bytes, its env the VM's plus the request's, sys.argv ["-c"]. Its exit
+# code goes to <dir>/status; its exit closes `life`, which the relay waits on.
 
 
 def _ready():
@@ -38,27 +41,27 @@ def _ready():
         finally:
             sys.path.remove(sdk_dir)  # the wrapper puts it back when it is used
 
-    buf = b""
-    while b"\n" not in buf:
-        chunk = os.read(3, 1 << 16)
+    os.set_inheritable(4, False)  # `life` ends with this process, not its children
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(3, 64)
         if not chunk:
             os._exit(97)
-        buf += chunk
-    line, rest = buf.split(b"\n", 1)
-    req = json.loads(line)
-    want = int(req["stdin"])
-    parts = [rest]
-    have = len(rest)
-    while have < want:
-        chunk = os.read(3, min(1 << 20, want - have))
-        if not chunk:
-            break
-        parts.append(chunk)
-        have += len(chunk)
-    data = b"".join(parts)[:want]
-    del buf, rest, parts
+        line += chunk
+    relay = int(line.strip())
     os.close(3)
+    # The relay keeps this exec's stdin, stdout and stderr on its fds 6-8.
+    with open("/proc/%d/fd/6" % relay, "rb") as f:
+        buf = f.read()
+    head, data = buf.split(b"\n", 1)
+    del buf
+    req = json.loads(head)
+    data = data[:int(req["stdin"])]
     open(os.path.join(d, "taken"), "w").close()
+    for fd, held in ((1, 7), (2, 8)):
+        new = os.open("/proc/%d/fd/%d" % (relay, held), os.O_WRONLY)
+        os.dup2(new, fd)
+        os.close(new)
 
     os.environ.update(req.get("env") or {})
     stdin = os.memfd_create("stdin")

@@ -4,13 +4,17 @@
 # A pre-started interpreter waits in its own session (setsid), with its
 # generation directory /tmp/.scr/pre/<n>/ holding three FIFOs it keeps open
 # read-write (so opening them never blocks while it lives): `in` (fd 3, the
-# request), `out` (fd 1) and `err` (fd 2); plus `pid`. It has loaded its
+# request), `out` (fd 1), `err` (fd 2) and `life` (fd 4, never written: its
+# end is the interpreter's exit); plus `pid`. It has loaded its
 # wrapper harness and the iii SDK module, connected nothing, and holds no
 # token. A call hands it one request: a JSON header line and the exec's
 # stdin bytes. It writes `taken` when it has read the request, and `status`
 # (its exit code) when it exits.
 
 SCR_PRE=/tmp/.scr/pre
+
+# The worker's command sets SCR_HARNESS (the interpreter's harness script)
+# and, for a relay, SCR_USING and SCR_NEXT (`<dir> <interpreter argv…>`).
 
 # scr_spawn <dir> <interpreter argv…>: starts one waiting interpreter in <dir>,
 # after killing every other waiting one except $SCR_USING (the one a call is
@@ -22,11 +26,14 @@ scr_spawn() {
     [ -e "$p" ] || continue
     q=${p%/pid}
     [ "$q" = "${SCR_USING:-}" ] && continue
-    kill -KILL -"$(cat "$p" 2>/dev/null)" 2>/dev/null
+    read -r q_pid <"$p" 2>/dev/null && kill -KILL -"$q_pid" 2>/dev/null
     rm -rf "$q"
   done
-  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/out" "$n/err" 2>/dev/null || return 0
-  (cd /tmp && exec setsid "$@" "$n" </dev/null 3<>"$n/in" 1<>"$n/out" 2<>"$n/err") &
+  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/out" "$n/err" "$n/life" 2>/dev/null || return 0
+  # Nothing of the exec that starts it: an fd it kept open (a relay's
+  # 5-8 hold this exec's streams) would keep the exec from ending.
+  (cd /tmp && exec setsid "$@" "$n" </dev/null 3<>"$n/in" 1<>"$n/out" 2<>"$n/err" 4<>"$n/life" \
+    5>&- 6>&- 7>&- 8>&- 9>&-) &
   echo $! >"$n/pid"
 }
 
@@ -34,7 +41,7 @@ scr_spawn() {
 # zombie lingers until PID 1 reaps it).
 scr_alive() {
   [ -n "$1" ] || return 1
-  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  read -r s <"/proc/$1/stat" 2>/dev/null || return 1
   s=${s##*) }
   case ${s%% *} in Z | X | x | "") return 1 ;; esac
 }
@@ -47,7 +54,8 @@ scr_alive() {
 # passed and its whole process group was killed), or `… exit <code>`.
 scr_relay() {
   d=$1
-  pid=$(cat "$d/pid" 2>/dev/null)
+  pid=
+  read -r pid <"$d/pid" 2>/dev/null
   scr_alive "$pid" || scr_verdict "$d" cold 0
   exec 4<"$d/out" 5<"$d/err"
   cat <&5 >&2 &
@@ -64,13 +72,49 @@ scr_relay() {
   fi
   wait "$e"
   [ -e "$d/taken" ] || scr_verdict "$d" cold 0
-  st=$(cat "$d/status" 2>/dev/null)
+  st=
+  read -r st <"$d/status" 2>/dev/null
   st=${st:-137}
   scr_verdict "$d" "exit $st" "$st"
 }
 
+# scr_relay_direct <dir> <seconds>: as scr_relay, for an interpreter that
+# takes this exec's own stdin, stdout and stderr (it reopens them through
+# /proc/<this shell>/fd/{6,7,8}), so nothing is copied: it is handed this shell's
+# pid, and its exit is seen as the end of `life`, the FIFO only it holds.
+scr_relay_direct() {
+  d=$1
+  pid=
+  read -r pid <"$d/pid" 2>/dev/null
+  scr_alive "$pid" || scr_verdict "$d" cold 0
+  # Fds 6, 7 and 8 hold this exec's streams for the interpreter to reopen:
+  # the shell itself may move 0, 1 and 2 around while it runs commands.
+  exec 4<"$d/life" 6<&0 7>&1 8>&2
+  echo $$ >"$d/in"
+  timeout "$2" cat <&4 >/dev/null
+  rc=$?
+  exec 4<&-
+  if [ "$rc" = 124 ]; then
+    kill -KILL -"$pid" 2>/dev/null
+    scr_verdict "$d" timeout 124
+  fi
+  [ -e "$d/taken" ] || scr_verdict "$d" cold 0
+  st=
+  read -r st <"$d/status" 2>/dev/null
+  st=${st:-137}
+  scr_verdict "$d" "exit $st" "$st"
+}
+
+# The verdict. The clean-up and the next interpreter ($SCR_NEXT, when the
+# VM serves later calls) go to a background shell that holds none of the
+# exec's streams, so neither is on this call's path: the exec is over when
+# the relay exits, and the next interpreter warms while the answer travels.
 scr_verdict() {
-  rm -rf "$1"
+  (
+    exec </dev/null >/dev/null 2>&1
+    rm -rf "$1"
+    [ -n "${SCR_NEXT:-}" ] && eval "scr_spawn $SCR_NEXT"
+  ) &
   printf '\036SCR-RELAY %s\n' "$2" >&2
   exit "$3"
 }
