@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(r.timeout_ms, 2500 + RELAY_GRACE_MS);
         let command = &r.argv[2];
         assert!(
-            command.ends_with("scr_relay /tmp/.scr/pre/4 2.500\n"),
+            command.ends_with("scr_relay_direct /tmp/.scr/pre/4 2.500\n"),
             "{command}"
         );
         assert!(
