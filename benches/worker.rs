@@ -8,8 +8,10 @@
 //! parallel one-shots vs direct runs), 64 callers on one handler, and the
 //! worker's memory per kept runtime; (issue 18, `support::guest_middleware`)
 //! `guest_middleware`, a guest's `iii.trigger` with and without the guest
-//! listener's middleware; `double_exec` (`support::double_exec`), a bare
-//! `sandbox::exec` of `true` on a running sandbox of the double, no worker.
+//! listener's middleware; (issue 22, `support::prestart`) `prestart`, calls
+//! and runs through pre-started interpreters against today's path, paired;
+//! `double_exec` (`support::double_exec`), a bare `sandbox::exec` of `true`
+//! on a running sandbox of the double, no worker.
 //! Against the hermetic bench in its VM-like profile by default; against a
 //! live engine with SANDBOX_CODE_RUNNER_BENCH_ENGINE.
 //!
@@ -138,7 +140,15 @@ fn main() {
         g.finish();
     }
 
-    let worker = rt.block_on(Worker::spawn(&url, &client, "warm_pool: 0\n"));
+    // Today's path (no pre-started interpreter): the worker makes the very
+    // exec the direct baseline and the floor make, so what the paired
+    // figures below show is the worker's own cost on top of it. The
+    // `prestart` group measures the pre-started path against this one.
+    let worker = rt.block_on(Worker::spawn(
+        &url,
+        &client,
+        "warm_pool: 0\nprestart: false\n",
+    ));
     // The design floor beside each paired overhead (see `support::floor`).
     let hop_floor = rt.block_on(floor::HopFloor::connect(&url));
 
@@ -334,7 +344,14 @@ fn main() {
         scaling::scaling(&mut c, &rt, &url, &client, &mut ids);
     }
     if group_enabled("handler_fan_in") {
-        scaling::handler_fan_in(&rt, &url, &client);
+        scaling::handler_fan_in(&rt, &url, &client, "prestart: true\n", "handler_fan_in");
+        scaling::handler_fan_in(
+            &rt,
+            &url,
+            &client,
+            "prestart: false\n",
+            "handler_fan_in_cold",
+        );
     }
     if group_enabled("kept_memory") {
         scaling::kept_memory(&rt, &url, &client);
@@ -345,6 +362,10 @@ fn main() {
     // ---- issue 18: a guest's iii.trigger with and without the middleware ----
     if group_enabled("guest_middleware") {
         guest_middleware::guest_middleware(&rt, &target);
+    }
+    // ---- prestart: pre-started interpreters against today's path ----
+    if group_enabled("prestart") {
+        prestart::prestart(&rt, &target);
     }
     for mode in ["oneshot", "keep", "oneshot_no_pool", "keep_no_pool"] {
         let m = |v: &str| {

@@ -168,8 +168,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// 64 concurrent callers on one registered python function: p50 and p99
 /// of each call's latency (the runtime runs one call at a time).
-pub fn handler_fan_in(rt: &tokio::runtime::Runtime, url: &str, client: &IIIClient) {
-    let worker = rt.block_on(Worker::spawn(url, client, "warm_pool: 0\n"));
+pub fn handler_fan_in(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    client: &IIIClient,
+    config: &str,
+    label: &str,
+) {
+    let config = format!("warm_pool: 0\n{config}");
+    let worker = rt.block_on(Worker::spawn(url, client, &config));
     let fid = "bench-fanin::double";
     rt.block_on(must(
         client,
@@ -194,9 +201,15 @@ pub fn handler_fan_in(rt: &tokio::runtime::Runtime, url: &str, client: &IIIClien
     };
     let one = lat(1, 20);
     let many = lat(64, 3);
-    record_figure("handler_fan_in/1_caller_p50_ms", percentile(&one, 0.5));
-    record_figure("handler_fan_in/64_callers_p50_ms", percentile(&many, 0.5));
-    record_figure("handler_fan_in/64_callers_p99_ms", percentile(&many, 0.99));
+    record_figure(&format!("{label}/1_caller_p50_ms"), percentile(&one, 0.5));
+    record_figure(
+        &format!("{label}/64_callers_p50_ms"),
+        percentile(&many, 0.5),
+    );
+    record_figure(
+        &format!("{label}/64_callers_p99_ms"),
+        percentile(&many, 0.99),
+    );
     rt.block_on(worker.stop());
 }
 

@@ -1,0 +1,333 @@
+//! Pre-started interpreters against today's path (issue 22): two identical
+//! hermetic stacks side by side, one worker with `prestart: true` and one
+//! with `prestart: false`, the same call made on each, alternated round by
+//! round in both orders. Each figure is p50(prestarted) / p50(today's) over
+//! the same rounds, with a 95% bootstrap interval (rounds resampled in
+//! pairs), recorded in the summary's `ratios`. Also: the memory a waiting
+//! interpreter holds (python and node, SDK module loaded), and the 64-caller
+//! fan-in on one function with and without.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use code_runner_conformance::standin::client;
+use code_runner_conformance::standin::stack::{ListenerLayout, Stack};
+use iii_sdk::runtime::FunctionRef;
+use iii_sdk::{IIIClient, RegisterFunction};
+use sandbox_code_runner::ids::Lang;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// The function the `iii` figures call: a bench-side SDK client's echo, so
+/// that what is timed is the caller's side.
+const PONG: &str = "bench-pre::pong";
+/// Alternated rounds per ratio (`SCR_BENCH_PAIRS` overrides).
+const ROUNDS: usize = 60;
+
+/// One paired ratio, for the summary's `ratios`.
+pub struct PairedRatio {
+    pub id: String,
+    pub with_p50: f64,
+    pub without_p50: f64,
+    pub ratio: f64,
+    pub ci95: (f64, f64),
+    pub rounds: usize,
+    pub limit: f64,
+}
+
+impl PairedRatio {
+    pub fn json(&self) -> Value {
+        json!({"name": self.id, "paired": true, "rounds": self.rounds,
+               "numerator_p50_ms": self.with_p50, "denominator_p50_ms": self.without_p50,
+               "ratio": self.ratio, "ratio_ci95": [self.ci95.0, self.ci95.1],
+               "limit": self.limit, "ok": self.ratio <= self.limit})
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {:.2} ms / {:.2} ms = {:.3} (95% {:.3}..{:.3}, {} rounds; limit {}) {}",
+            self.id,
+            self.with_p50,
+            self.without_p50,
+            self.ratio,
+            self.ci95.0,
+            self.ci95.1,
+            self.rounds,
+            self.limit,
+            if self.ratio <= self.limit {
+                "ok"
+            } else {
+                "OVER"
+            }
+        )
+    }
+}
+
+/// Paired ratios by id, in the order taken.
+pub static PAIRED_RATIOS: Mutex<Vec<PairedRatio>> = Mutex::new(Vec::new());
+
+/// p50(a) / p50(b) over 1,000 resamples of the rounds (each round keeps its
+/// pair): the 2.5th and 97.5th percentiles.
+fn bootstrap_ratio(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let n = a.len();
+    let mut rs: Vec<f64> = (0..1000)
+        .map(|_| {
+            let picks: Vec<usize> = (0..n).map(|_| rand::random::<u32>() as usize % n).collect();
+            p50(picks.iter().map(|&i| a[i]).collect()) / p50(picks.iter().map(|&i| b[i]).collect())
+        })
+        .collect();
+    rs.sort_by(|x, y| x.total_cmp(y));
+    (rs[25], rs[974])
+}
+
+/// Times `with` and `without` alternately, `n` rounds, both orders in turn
+/// (each side returns the ms it measured itself).
+async fn paired_ratio<A, FA, B, FB>(id: &str, limit: f64, n: usize, mut with: A, mut without: B)
+where
+    A: FnMut() -> FA,
+    FA: std::future::Future<Output = f64>,
+    B: FnMut() -> FB,
+    FB: std::future::Future<Output = f64>,
+{
+    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        if i % 2 == 0 {
+            a.push(with().await);
+            b.push(without().await);
+        } else {
+            b.push(without().await);
+            a.push(with().await);
+        }
+    }
+    let (with_p50, without_p50) = (p50(a.clone()), p50(b.clone()));
+    let r = PairedRatio {
+        id: id.to_string(),
+        with_p50,
+        without_p50,
+        ratio: with_p50 / without_p50,
+        ci95: bootstrap_ratio(&a, &b),
+        rounds: n,
+        limit,
+    };
+    eprintln!("{}", r.line());
+    PAIRED_RATIOS.lock().unwrap().push(r);
+}
+
+/// One stack with its worker (`prestart` on or off) and the echo.
+struct Side {
+    stack: Stack,
+    client: IIIClient,
+    pong: FunctionRef,
+    worker: Worker,
+}
+
+impl Side {
+    async fn start(prestart: bool) -> Side {
+        let layout = ListenerLayout::guarded("sandbox-code-runner", 0, false);
+        let stack = Stack::start_with_layout(hermetic_options(), layout)
+            .await
+            .expect("a prestart bench stack starts");
+        let client = client::connect(&stack.url(), "bench-prestart")
+            .await
+            .expect("bench client connects");
+        let pong = client.register_function(
+            PONG,
+            RegisterFunction::new_async(|input: Value| async move {
+                Ok::<Value, iii_sdk::Error>(input)
+            }),
+        );
+        assert!(client::wait_routable(&client, PONG, Duration::from_secs(30)).await);
+        let config = format!("warm_pool: 1\nprestart: {prestart}\n");
+        let worker = Worker::spawn_on(&stack.url(), stack.guest_url(), &client, &config, &[]).await;
+        Side {
+            stack,
+            client,
+            pong,
+            worker,
+        }
+    }
+
+    /// One timed call, in ms.
+    async fn timed(&self, function_id: &str, payload: Value) -> f64 {
+        let t = Instant::now();
+        must(&self.client, function_id, payload).await;
+        t.elapsed().as_secs_f64() * 1e3
+    }
+
+    async fn stop(self) {
+        self.worker.stop().await;
+        self.pong.unregister();
+        self.client.shutdown_async().await;
+        self.stack.shutdown().await;
+    }
+}
+
+fn handler_source(lang: Lang, uses_iii: bool) -> String {
+    match (lang, uses_iii) {
+        (Lang::Python, false) => "def handler(payload):\n    return payload\n".into(),
+        (Lang::Node, false) => "export function handler(payload) { return payload; }\n".into(),
+        (Lang::Python, true) => format!(
+            "def handler(payload):\n    return iii.trigger({{'function_id': '{PONG}', 'payload': payload}})\n"
+        ),
+        (Lang::Node, true) => format!(
+            "export async function handler(payload) {{\n  return await iii.trigger({{ function_id: '{PONG}', payload }});\n}}\n"
+        ),
+    }
+}
+
+fn run_code(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "print(2+2)",
+        Lang::Node => "console.log(2+2)",
+    }
+}
+
+/// A waiting interpreter's resident and proportional memory, in MiB: the
+/// largest of those found on this host (the double's VMs are host processes).
+fn waiting_interpreter_mib(lang: Lang) -> Option<(f64, f64)> {
+    let marker = match lang {
+        Lang::Python => "# sandbox-code-runner: a pre-started python interpreter",
+        Lang::Node => "// sandbox-code-runner: a pre-started node interpreter",
+    };
+    let mut best: Option<(f64, f64)> = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let dir = entry.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmdline).contains(marker) {
+            continue;
+        }
+        let kib = |file: &str, key: &str| -> Option<f64> {
+            let text = std::fs::read_to_string(dir.join(file)).ok()?;
+            let line = text.lines().find(|l| l.starts_with(key))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        let (Some(rss), Some(pss)) = (kib("status", "VmRSS:"), kib("smaps_rollup", "Pss:")) else {
+            continue;
+        };
+        let (rss, pss) = (rss / 1024.0, pss / 1024.0);
+        if best.is_none_or(|(r, _)| rss > r) {
+            best = Some((rss, pss));
+        }
+    }
+    best
+}
+
+/// A run in the kept runtime `rid`, timed.
+async fn run_in(side: &Side, rid: &str, lang: Lang) -> f64 {
+    let payload = json!({"runtime_id": rid, "code": run_code(lang)});
+    side.timed("sandbox-code-runner::run", payload).await
+}
+
+/// A one-shot python run of `code` from the warm pool, timed; untimed
+/// before it, the pool holds a VM again and the last one finished stopping.
+async fn oneshot(side: &Side, code: &str) -> f64 {
+    pool_ready(&side.client, "python", 1).await;
+    settled(&side.client, 2).await;
+    side.timed(
+        "sandbox-code-runner::run",
+        json!({"lang": "python", "code": code}),
+    )
+    .await
+}
+
+/// The `prestart` group.
+pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
+    if !matches!(target, Target::Hermetic(_)) {
+        eprintln!("prestart skipped: it starts two stand-in stacks of its own (hermetic only)");
+        return;
+    }
+    let (with, without) =
+        rt.block_on(async { (Side::start(true).await, Side::start(false).await) });
+    let n = pairs(ROUNDS);
+    for lang in [Lang::Python, Lang::Node] {
+        for (uses_iii, group, limit) in [
+            (false, "handler_prestarted", 0.3),
+            (true, "handler_prestarted_iii", 0.1),
+        ] {
+            let fid = format!(
+                "bench-pre-{lang}::{}",
+                if uses_iii { "iii" } else { "echo" }
+            );
+            let register = json!({"function_id": fid, "lang": lang.as_str(),
+                                  "source": handler_source(lang, uses_iii)});
+            rt.block_on(async {
+                for side in [&with, &without] {
+                    must(
+                        &side.client,
+                        "sandbox-code-runner::register_function",
+                        register.clone(),
+                    )
+                    .await;
+                    // Untimed: the SDK lands in the runtime, the next interpreter waits.
+                    side.timed(&fid, json!({"n": 0})).await;
+                    side.timed(&fid, json!({"n": 0})).await;
+                }
+            });
+            let payload = json!({"n": 21});
+            rt.block_on(paired_ratio(
+                &format!("{group}/{lang}"),
+                limit,
+                n,
+                || with.timed(&fid, payload.clone()),
+                || without.timed(&fid, payload.clone()),
+            ));
+        }
+        // A run in a kept runtime.
+        let rids: Vec<String> = rt.block_on(async {
+            let mut ids = Vec::new();
+            for side in [&with, &without] {
+                let kept = must(
+                    &side.client,
+                    "sandbox-code-runner::run",
+                    json!({"lang": lang.as_str(), "code": run_code(lang), "keep": true}),
+                )
+                .await;
+                ids.push(kept["runtime_id"].as_str().expect("runtime_id").to_string());
+            }
+            ids
+        });
+        rt.block_on(async {
+            run_in(&with, &rids[0], lang).await;
+            run_in(&without, &rids[1], lang).await;
+        });
+        rt.block_on(paired_ratio(
+            &format!("reuse_prestarted/{lang}"),
+            0.3,
+            n,
+            || run_in(&with, &rids[0], lang),
+            || run_in(&without, &rids[1], lang),
+        ));
+        let memory = waiting_interpreter_mib(lang);
+        if let Some((rss, pss)) = memory {
+            record_bounded(
+                &format!("prestart/waiting_interpreter_rss_mib/{lang}"),
+                rss,
+                96.0,
+            );
+            record_figure(&format!("prestart/waiting_interpreter_pss_mib/{lang}"), pss);
+        }
+    }
+    // A one-shot python run from the warm pool that uses `iii`: each round
+    // waits (untimed) until each side's pool holds a VM again.
+    let code = format!("print(iii.trigger({{'function_id': '{PONG}', 'payload': {{'n': 1}}}}))");
+    rt.block_on(async {
+        for _ in 0..3 {
+            oneshot(&with, &code).await;
+            oneshot(&without, &code).await;
+        }
+    });
+    rt.block_on(paired_ratio(
+        "oneshot_pooled_prestarted_iii/python",
+        0.3,
+        (n / 3).max(10),
+        || oneshot(&with, &code),
+        || oneshot(&without, &code),
+    ));
+    rt.block_on(async {
+        with.stop().await;
+        without.stop().await;
+    });
+}
