@@ -149,6 +149,18 @@ pub trait Bus: Send + Sync + 'static {
         drop(content);
         Box::pin(async { Err(BusError::new(UNSUPPORTED, "this bus has no data channels")) })
     }
+
+    /// Reads a data channel whole, from the reader ref a callee answered
+    /// (`sandbox::fs::read`'s `content`), at most `limit` bytes. Buses
+    /// without channels answer `UNSUPPORTED`.
+    fn download(
+        &self,
+        reader: Value,
+        limit: usize,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, BusError>> + Send + '_>> {
+        let _ = (reader, limit);
+        Box::pin(async { Err(BusError::new(UNSUPPORTED, "this bus has no data channels")) })
+    }
 }
 
 /// The code of a bus feature a bus does not have.
@@ -160,7 +172,7 @@ pub const UNSUPPORTED: &str = "UNSUPPORTED";
 const CHANNEL_FRAME: usize = 64 * 1024;
 /// The engine's cap on a channel's depth, in frames.
 const MAX_CHANNEL_FRAMES: usize = 1024;
-/// How long an upload's writer may take before it gives up.
+/// How long an upload's writer (or a download's reader) may take.
 const UPLOAD_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Whether anyone on the bus serves `function_id` already, by the engine's
@@ -341,6 +353,35 @@ impl Bus for SdkBus {
                 }
             });
             Ok(reader)
+        })
+    }
+
+    fn download(
+        &self,
+        reader: Value,
+        limit: usize,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, BusError>> + Send + '_>> {
+        Box::pin(async move {
+            let reader: iii_sdk::channel::StreamChannelRef = serde_json::from_value(reader)
+                .map_err(|e| BusError::new("BAD_RESPONSE", format!("not a channel ref: {e}")))?;
+            let channel = iii_sdk::channel::ChannelReader::new(self.client.address(), &reader);
+            let read = async {
+                let mut bytes = Vec::new();
+                while let Some(chunk) = channel.next_binary().await? {
+                    bytes.extend_from_slice(&chunk);
+                    if bytes.len() > limit {
+                        return Err(BusError::new(
+                            "TOO_LARGE",
+                            format!("the channel carried over {limit} bytes"),
+                        ));
+                    }
+                }
+                Ok(bytes)
+            };
+            match tokio::time::timeout(UPLOAD_DEADLINE, read).await {
+                Ok(r) => r,
+                Err(_) => Err(BusError::new("TIMEOUT", "reading a data channel timed out")),
+            }
         })
     }
 

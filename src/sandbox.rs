@@ -199,6 +199,18 @@ pub trait SandboxApi: Send + Sync + 'static {
         let _ = (sandbox_id, path, content);
         Ok(Streamed::NoChannels)
     }
+    /// Reads a file out of the VM through the data channel `fs::read`
+    /// answers with, so no call payload (or span) carries it. `None`: the
+    /// bus has no channels; read it some other way.
+    async fn read_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        let _ = (sandbox_id, path, limit);
+        Ok(None)
+    }
 }
 
 /// How a streamed write went.
@@ -378,6 +390,35 @@ impl SandboxApi for BusSandbox {
         )
         .await
         .map(|_| Streamed::Written)
+    }
+
+    async fn read_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        if !self.channels.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let out = self
+            .call(
+                "sandbox::fs::read",
+                json!({ "sandbox_id": sandbox_id, "path": path }),
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+        let Some(reader) = out.get("content").filter(|c| c.is_object()).cloned() else {
+            return Ok(None);
+        };
+        match self.bus.download(reader, limit).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.code == UNSUPPORTED => {
+                self.channels.store(false, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) => Err(SandboxError::Bus(e)),
+        }
     }
 }
 

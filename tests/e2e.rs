@@ -376,3 +376,59 @@ async fn no_runtime_id_reaches_telemetry() {
     }
     h.finish(0).await;
 }
+
+/// What the daemon's SDK could record on its spans stays small while the
+/// guest SDK travels: the python archive is read out of the first VM and
+/// planted into the next ones, and the node bundle planted, through data
+/// channels, never as a call payload or an exec's output. (Inline, each
+/// python VM cost ~8.6 MB of `sandbox::fs::write` payloads.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_sdks_travel_through_data_channels_not_payloads() {
+    let h = Harness::start("warm_pool: 0\n").await;
+    let since = std::time::Instant::now();
+    let py = "print(type(iii.trigger({'function_id': 'engine::functions::list', 'payload': {}})).__name__)";
+    for _ in 0..3 {
+        let out = h
+            .run(json!({"lang": "python", "code": py, "timeout_ms": 30000}))
+            .await
+            .unwrap();
+        assert_eq!(out["stdout"], "dict\n", "{out}");
+    }
+    let node = "const r = await iii.trigger({ function_id: 'engine::functions::list', payload: {} }); console.log(typeof r);";
+    let out = h
+        .run(json!({"lang": "node", "code": node, "timeout_ms": 30000}))
+        .await
+        .unwrap();
+    assert_eq!(out["stdout"], "object\n", "{out}");
+    let stats = h
+        .call("sandbox-code-runner::stats", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(stats["python_sdk"]["captures"], 1, "{stats}");
+    assert_eq!(stats["python_sdk"]["plants"], 2, "{stats}");
+    let relays = h.bench.engine().unwrap().relays_since(since);
+    let sandbox_calls: Vec<_> = relays
+        .iter()
+        .filter(|r| r.function_id.starts_with("sandbox::"))
+        .collect();
+    let writes = sandbox_calls
+        .iter()
+        .filter(|r| r.function_id == "sandbox::fs::write")
+        .count();
+    assert!(
+        writes >= 3,
+        "the archive twice and the bundle once: {writes}"
+    );
+    let biggest = sandbox_calls
+        .iter()
+        .map(|r| (r.request_bytes.max(r.answer_bytes), r.function_id.as_str()))
+        .max()
+        .unwrap();
+    assert!(
+        biggest.0 < 256 * 1024,
+        "no sandbox::* call carries the SDK: {} bytes in a {} frame",
+        biggest.0,
+        biggest.1
+    );
+    h.finish(0).await;
+}

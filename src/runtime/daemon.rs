@@ -151,4 +151,15 @@ impl Manager {
         }
         out
     }
+
+    /// A file out of the VM through a data channel (`None`: no channels).
+    pub(crate) async fn read_streamed(
+        &self,
+        sandbox_id: &str,
+        path: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        self.on_daemon(0, self.sandbox.read_streamed(sandbox_id, path, limit))
+            .await
+    }
 }

@@ -302,6 +302,37 @@ impl Manager {
             );
             return Ok(None);
         }
+        let bytes = match self.read_streamed(sandbox_id, ARCHIVE_PATH, size).await {
+            Ok(Some(bytes)) => bytes,
+            Err(e) if e.is_gone() => return Err(e),
+            Ok(None) | Err(_) => match self.read_archive_slices(sandbox_id, size).await? {
+                Some(bytes) => bytes,
+                None => return Ok(None),
+            },
+        };
+        if bytes.len() != size || hex_sha256(&bytes) != sha256 {
+            tracing::warn!("the python SDK archive read out does not match its digest; not kept");
+            return Ok(None);
+        }
+        Ok(Some(Archive {
+            key,
+            sha256,
+            size,
+            text: Arc::from(base64::engine::general_purpose::STANDARD.encode(&bytes)),
+        }))
+    }
+}
+
+impl Manager {
+    /// The archive read out through exec stdout in [`SLICE`]s under the
+    /// daemon's 1 MiB cut, for a bus without data channels (each slice
+    /// then sits in the daemon's exec span).
+    async fn read_archive_slices(
+        &self,
+        sandbox_id: &str,
+        size: usize,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        let budget = self.config().sdk_install_timeout_ms;
         let mut bytes = Vec::with_capacity(size);
         let len = SLICE.to_string();
         for off in (0..size).step_by(SLICE) {
@@ -317,16 +348,7 @@ impl Manager {
             };
             bytes.extend_from_slice(&slice);
         }
-        if bytes.len() != size || hex_sha256(&bytes) != sha256 {
-            tracing::warn!("the python SDK archive read out does not match its digest; not kept");
-            return Ok(None);
-        }
-        Ok(Some(Archive {
-            key,
-            sha256,
-            size,
-            text: Arc::from(base64::engine::general_purpose::STANDARD.encode(&bytes)),
-        }))
+        Ok(Some(bytes))
     }
 }
 

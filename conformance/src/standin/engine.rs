@@ -383,6 +383,10 @@ pub struct Relay {
     pub function_id: String,
     pub forwarded_at: std::time::Instant,
     pub answered_at: std::time::Instant,
+    /// The size of the forwarded `invokefunction` frame and of the relayed
+    /// answer: what the callee's SDK (or the caller's) could record of it.
+    pub request_bytes: usize,
+    pub answer_bytes: usize,
 }
 
 /// An engine-originated call awaiting its answer: who serves it, and where
@@ -458,6 +462,7 @@ struct PendingCall {
     callee: Uuid,
     function_id: String,
     forwarded_at: std::time::Instant,
+    request_bytes: usize,
 }
 
 struct TriggerType {

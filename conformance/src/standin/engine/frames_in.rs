@@ -97,6 +97,7 @@ pub(super) fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) 
                     traceparent: msg.get("traceparent"),
                     baggage: msg.get("baggage"),
                 });
+                let answer_bytes = frame.len();
                 send(&st, p.caller, frame);
                 if st.relays.len() == RELAYS_KEPT {
                     st.relays.pop_front();
@@ -105,6 +106,8 @@ pub(super) fn handle_frame(state: &Shared, from: Uuid, msg: Map<String, Value>) 
                     function_id: p.function_id,
                     forwarded_at: p.forwarded_at,
                     answered_at: std::time::Instant::now(),
+                    request_bytes: p.request_bytes,
+                    answer_bytes,
                 });
             }
         }
@@ -312,6 +315,7 @@ pub(super) fn disconnect(state: &Shared, gone: Uuid) {
                     callee: p.callee,
                     function_id: p.function_id.clone(),
                     forwarded_at: p.forwarded_at,
+                    request_bytes: p.request_bytes,
                 },
             )
         })

@@ -138,6 +138,7 @@ pub(super) fn invoke(
                     callee,
                     function_id: function_id.clone(),
                     forwarded_at: std::time::Instant::now(),
+                    request_bytes: frame.len(),
                 },
             );
         }
