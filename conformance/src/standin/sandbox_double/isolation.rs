@@ -17,7 +17,7 @@
 //! for `network:true`, a private one with only loopback otherwise) with its
 //! mounts in place, and in it PID 1, the double's small init
 //! (`scr-guest-init`, see `isolation/vm`). Every exec is a child of that
-//! init, as on the daemon, so an exec costs a fork and an exec, not a new
+//! init, as on the daemon, so an exec costs a process start, not a new
 //! container. When PID 1 dies the kernel kills everything left in the
 //! namespace, so SIGKILLing it stops the sandbox, and by the time hakoniwa's
 //! reaper (the namespaces' parent) has exited, nothing of it remains.
