@@ -95,15 +95,17 @@ pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParam
 pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecParams) -> ExecParams {
     // The next interpreter starts once this call has its verdict
     // (`scr_verdict` runs `scr_spawn $SCR_NEXT`).
-    let mut command = format!("SCR_USING={}; ", dir(using));
+    let mut command = String::new();
     if let Some(n) = next {
         command.push_str(&format!("SCR_NEXT='{} {}'; ", dir(n), interpreter(lang)));
     }
     let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
-    // Python takes the exec's own streams (nothing copied); node cannot
-    // move its fds 1 and 2, so the relay copies them from its FIFOs.
+    // Python forks a child per call off its waiting server, which takes the
+    // exec's own streams (nothing copied); node serves one call per
+    // interpreter and cannot move its fds 1 and 2, so the relay copies them
+    // from its FIFOs.
     let relay = match lang {
-        Lang::Python => "scr_relay_direct",
+        Lang::Python => "scr_relay_fork",
         Lang::Node => "scr_relay",
     };
     command.push_str(&format!("{relay} {} {seconds}", dir(using)));
@@ -155,11 +157,7 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
     out.stderr.truncate(at);
     match said.split_once(' ') {
         _ if said == "cold" => Verdict::Cold,
-        _ if said == "timeout" => Verdict::TimedOut(SandboxError::Daemon {
-            code: "S200".into(),
-            message: format!("exec timed out after {timeout_ms} ms"),
-            retryable: false,
-        }),
+        _ if said == "timeout" => Verdict::TimedOut(SandboxError::exec_timed_out(timeout_ms)),
         Some(("exit", code)) => {
             out.exit_code = code.parse().ok();
             Verdict::Ran(out)
@@ -168,10 +166,19 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
     }
 }
 
+/// What waits in a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    pub(crate) generation: u64,
+    /// The guest SDK was planted after it started, so it lacks the module:
+    /// the next call replaces it.
+    pub(crate) stale: bool,
+}
+
 /// Which VMs have an interpreter waiting, and of which generation.
 #[derive(Default)]
 pub(crate) struct Ready {
-    waiting: Mutex<HashMap<String, u64>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
     generations: AtomicU64,
 }
 
@@ -182,12 +189,23 @@ impl Ready {
     }
 
     /// The interpreter waiting in `sandbox_id`, now the caller's.
-    pub(crate) fn take(&self, sandbox_id: &str) -> Option<u64> {
+    pub(crate) fn take(&self, sandbox_id: &str) -> Option<Waiting> {
         self.lock().remove(sandbox_id)
     }
 
     pub(crate) fn put(&self, sandbox_id: &str, generation: u64) {
-        self.lock().insert(sandbox_id.to_string(), generation);
+        let w = Waiting {
+            generation,
+            stale: false,
+        };
+        self.lock().insert(sandbox_id.to_string(), w);
+    }
+
+    /// The SDK just landed in `sandbox_id`: what waits there lacks it.
+    pub(crate) fn mark_stale(&self, sandbox_id: &str) {
+        if let Some(w) = self.lock().get_mut(sandbox_id) {
+            w.stale = true;
+        }
     }
 
     /// The VM stopped: what waited in it is gone with it.
@@ -199,7 +217,7 @@ impl Ready {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -246,7 +264,7 @@ mod tests {
         let Verdict::TimedOut(e) = verdict(out("x\u{1e}SCR-RELAY timeout\n", 124), 1500) else {
             panic!("timed out")
         };
-        assert_eq!(e.s_code(), Some("S200"));
+        assert_eq!(e.outcome(), crate::sandbox::Outcome::Timeout);
         assert!(
             e.to_string().contains("exec timed out after 1500 ms"),
             "{e}"
@@ -282,7 +300,7 @@ mod tests {
         assert_eq!(r.timeout_ms, 2500 + RELAY_GRACE_MS);
         let command = &r.argv[2];
         assert!(
-            command.ends_with("scr_relay_direct /tmp/.scr/pre/4 2.500\n"),
+            command.ends_with("scr_relay_fork /tmp/.scr/pre/4 2.500\n"),
             "{command}"
         );
         assert!(

@@ -98,6 +98,16 @@ impl SandboxError {
     }
 
     /// Classifies a bus error from a `sandbox::*` call.
+    /// The daemon's answer to an exec past its deadline (S200), for a
+    /// deadline enforced on its behalf (a pre-started interpreter's relay).
+    pub(crate) fn exec_timed_out(timeout_ms: u64) -> SandboxError {
+        SandboxError::Daemon {
+            code: "S200".into(),
+            message: format!("exec timed out after {timeout_ms} ms"),
+            retryable: false,
+        }
+    }
+
     pub(crate) fn from_bus(e: BusError) -> SandboxError {
         if e.code == "function_not_found" {
             return SandboxError::NotInstalled;

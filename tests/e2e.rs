@@ -432,3 +432,70 @@ async fn guest_sdks_travel_through_data_channels_not_payloads() {
     );
     h.finish(0).await;
 }
+
+/// Every interpreter the worker starts ahead (here, after a handler call
+/// that used `iii`, so the SDK module is loaded in the next one) was started
+/// without the call's token in its environment and, while it waits, holds no
+/// socket: it has connected nothing. Interpreters of other tests on this
+/// host are checked too; one a call has taken (its directory holds `taken`)
+/// is left out, as it runs a call now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
+    let h = Harness::start("").await;
+    let source = "def handler(payload):\n    return len(iii.trigger({'function_id': 'engine::functions::list', 'payload': {}})) > 0\n";
+    h.call(
+        "sandbox-code-runner::register_function",
+        json!({"function_id": "pre-e2e::uses", "lang": "python", "source": source}),
+    )
+    .await
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            h.call("pre-e2e::uses", json!({})).await.unwrap(),
+            json!(true)
+        );
+    }
+    let waiting = |pid: &str| -> Option<std::path::PathBuf> {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let text = String::from_utf8_lossy(&cmdline);
+        if !text.contains("sandbox-code-runner: a pre-started python interpreter") {
+            return None;
+        }
+        let dir = String::from_utf8_lossy(args.iter().rev().find(|a| !a.is_empty())?);
+        Some(std::path::PathBuf::from(format!("/proc/{pid}/root{dir}")))
+    };
+    let mut seen = 0;
+    let found = wait_for(Duration::from_secs(20), || async {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let pid = e.file_name().to_string_lossy().to_string();
+            waiting(&pid).is_some_and(|d| !d.join("taken").exists())
+        })
+    })
+    .await;
+    assert!(found, "an interpreter waits for the namespace's next call");
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().to_string();
+        let Some(dir) = waiting(&pid) else { continue };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains("III_GUEST_TOKEN="),
+            "a pre-started interpreter was started with a guest token"
+        );
+        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .filter(|l| l.to_string_lossy().starts_with("socket:"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if dir.join("taken").exists() || !dir.exists() {
+            continue;
+        }
+        assert_eq!(sockets, 0, "a waiting interpreter holds a socket");
+        seen += 1;
+    }
+    assert!(seen >= 1, "checked a waiting interpreter");
+    h.finish(0).await;
+}

@@ -66,7 +66,7 @@ fn seen(p: &ExecParams) -> Seen {
     let spawn = generation_after(command, "scr_spawn /tmp/.scr/pre/")
         .or_else(|| generation_after(command, "SCR_NEXT='/tmp/.scr/pre/"));
     let relay = generation_after(command, "scr_relay /tmp/.scr/pre/")
-        .or_else(|| generation_after(command, "scr_relay_direct /tmp/.scr/pre/"));
+        .or_else(|| generation_after(command, "scr_relay_fork /tmp/.scr/pre/"));
     match relay {
         Some(using) => Seen::Relay { using, spawn },
         None => Seen::ColdSpawning {
@@ -137,7 +137,7 @@ async fn register(m: &Arc<Manager>, id: &str) {
 }
 
 #[tokio::test]
-async fn each_call_is_relayed_into_the_interpreter_the_exec_before_started() {
+async fn python_calls_are_forked_off_the_server_the_registration_started() {
     let (sandbox, bus, m) = manager(true);
     let log = answering(&sandbox, relay_answering(json!({"doubled": 8})));
     register(&m, "a::f").await;
@@ -146,8 +146,79 @@ async fn each_call_is_relayed_into_the_interpreter_the_exec_before_started() {
         assert_eq!(v, json!({"doubled": 8}));
     }
     let log = log.lock().unwrap().clone();
+    let Seen::ColdSpawning { spawn: server } = log[0] else {
+        panic!("the registration check runs cold and starts the server: {log:?}")
+    };
+    let relayed = Seen::Relay {
+        using: server,
+        spawn: None,
+    };
+    assert_eq!(
+        log[1..],
+        [relayed.clone(), relayed],
+        "the server serves every call"
+    );
+    assert_eq!(m.interpreters_waiting(), 1);
+}
+
+#[tokio::test]
+async fn a_server_started_before_the_sdk_landed_is_replaced_after_one_call() {
+    let (sandbox, bus, m) = manager(true);
+    let log = answering(&sandbox, relay_answering(json!(1)));
+    register(&m, "a::f").await;
+    // A second function that names `iii`: the SDK lands after the server.
+    functions::register::handle(
+        &m,
+        &Caller::Trusted,
+        json!({"function_id": "a::g", "lang": "python",
+               "source": "def handler(payload):\n    return iii is not None\n"}),
+    )
+    .await
+    .expect("registered");
+    bus.call_published("a::f", json!({})).await.unwrap();
+    bus.call_published("a::f", json!({})).await.unwrap();
+    let log = log.lock().unwrap().clone();
+    let relays: Vec<Seen> = log
+        .iter()
+        .filter(|s| matches!(s, Seen::Relay { .. }))
+        .cloned()
+        .collect();
+    let Seen::Relay {
+        using: server,
+        spawn: Some(fresh),
+    } = relays[0]
+    else {
+        panic!("the check of a::g replaces the server: {log:?}")
+    };
+    assert_ne!(server, fresh);
+    let after = Seen::Relay {
+        using: fresh,
+        spawn: None,
+    };
+    assert_eq!(relays[1..], [after.clone(), after], "{log:?}");
+}
+
+#[tokio::test]
+async fn each_node_call_starts_the_interpreter_for_the_next() {
+    let (sandbox, bus, m) = manager(true);
+    let log = answering(&sandbox, relay_answering(json!(2)));
+    functions::register::handle(
+        &m,
+        &Caller::Trusted,
+        json!({"function_id": "n::f", "lang": "node",
+               "source": "export function handler(p) { return 2; }\n"}),
+    )
+    .await
+    .expect("registered");
+    for _ in 0..2 {
+        assert_eq!(
+            bus.call_published("n::f", json!({})).await.unwrap(),
+            json!(2)
+        );
+    }
+    let log = log.lock().unwrap().clone();
     let Seen::ColdSpawning { spawn: first } = log[0] else {
-        panic!("the registration check runs cold and starts one: {log:?}")
+        panic!("{log:?}")
     };
     let Seen::Relay {
         using,
@@ -156,16 +227,14 @@ async fn each_call_is_relayed_into_the_interpreter_the_exec_before_started() {
     else {
         panic!("{log:?}")
     };
-    assert_eq!(using, first, "the first call takes what the check started");
+    assert_eq!(using, first);
     assert_eq!(
         log[2],
         Seen::Relay {
             using: second,
             spawn: Some(second + 1)
-        },
-        "and each call starts the next one"
+        }
     );
-    assert_eq!(m.interpreters_waiting(), 1);
 }
 
 #[tokio::test]
@@ -195,7 +264,7 @@ async fn the_relayed_request_carries_the_calls_env_and_the_relay_none() {
 }
 
 #[tokio::test]
-async fn a_relay_that_found_no_interpreter_runs_the_call_cold_once() {
+async fn a_relay_that_found_no_server_runs_the_call_cold_once() {
     let (sandbox, bus, m) = manager(true);
     let log = answering(&sandbox, |_| ExecOutput {
         stderr: "\u{1e}SCR-RELAY cold\n".into(),
@@ -207,10 +276,9 @@ async fn a_relay_that_found_no_interpreter_runs_the_call_cold_once() {
     assert_eq!(v, json!({"doubled": 42}), "the cold exec answered");
     let log = log.lock().unwrap().clone();
     assert!(matches!(log[1], Seen::Relay { .. }), "{log:?}");
-    assert_eq!(
-        log[2],
-        Seen::Cold,
-        "the call itself, without a second spawn"
+    assert!(
+        matches!(log[2], Seen::ColdSpawning { .. }),
+        "the call itself, starting a new server: {log:?}"
     );
     assert_eq!(log.len(), 3, "{log:?}");
 }

@@ -34,6 +34,8 @@ fn world(runs: usize, depth: u32) -> World {
         bus.clone(),
         Config {
             warm_pool: 0,
+            // The in-memory daemon answers wrapper execs, not relays.
+            prestart: false,
             guest_url: Some("ws://127.0.0.1:49135".into()),
             guest_max_concurrent_runs: runs,
             guest_max_run_depth: depth,

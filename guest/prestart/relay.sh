@@ -14,11 +14,15 @@
 SCR_PRE=/tmp/.scr/pre
 
 # The worker's command sets SCR_HARNESS (the interpreter's harness script)
-# and, for a relay, SCR_USING and SCR_NEXT (`<dir> <interpreter argv…>`).
+# and, for a relay whose interpreter is to be replaced, SCR_NEXT (`<dir>
+# <interpreter argv…>`).
 
 # scr_spawn <dir> <interpreter argv…>: starts one waiting interpreter in <dir>,
-# after killing every other waiting one except $SCR_USING (the one a call is
-# using), so a VM never holds more than two.
+# after killing every other one except $SCR_USING (the one a call is using),
+# so a VM never holds more than two: the one serving a call (a node
+# interpreter, or python's fork server with the child it forked) and the
+# next. (A python call's child is in its own process group and is not
+# touched.)
 scr_spawn() {
   n=$1
   shift
@@ -78,41 +82,49 @@ scr_relay() {
   scr_verdict "$d" "exit $st" "$st"
 }
 
-# scr_relay_direct <dir> <seconds>: as scr_relay, for an interpreter that
-# takes this exec's own stdin, stdout and stderr (it reopens them through
-# /proc/<this shell>/fd/{6,7,8}), so nothing is copied: it is handed this shell's
-# pid, and its exit is seen as the end of `life`, the FIFO only it holds.
-scr_relay_direct() {
+# scr_relay_fork <dir> <seconds>: as scr_relay, for the python fork server
+# in <dir>: it forks a child per call that takes this exec's own stdin,
+# stdout and stderr (reopened through /proc/<this shell>/fd/{6,7,8}), so
+# nothing is copied and no interpreter starts. It is handed this shell's
+# pid; the call's end is the end of `life` (the FIFO only the child holds);
+# the child's pid, `taken` and `status` come as <file>.<this shell's pid>.
+scr_relay_fork() {
   d=$1
   pid=
   read -r pid <"$d/pid" 2>/dev/null
-  scr_alive "$pid" || scr_verdict "$d" cold 0
-  # Fds 6, 7 and 8 hold this exec's streams for the interpreter to reopen:
-  # the shell itself may move 0, 1 and 2 around while it runs commands.
+  scr_alive "$pid" && [ -p "$d/life" ] || scr_verdict "$d" cold 0
+  # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
+  # shell itself may move 0, 1 and 2 around while it runs commands.
   exec 4<"$d/life" 6<&0 7>&1 8>&2
   echo $$ >"$d/in"
   timeout "$2" cat <&4 >/dev/null
   rc=$?
   exec 4<&-
+  mine="$d/taken.$$ $d/status.$$ $d/child.$$"
   if [ "$rc" = 124 ]; then
-    kill -KILL -"$pid" 2>/dev/null
-    scr_verdict "$d" timeout 124
+    c=
+    read -r c <"$d/child.$$" 2>/dev/null
+    [ -n "$c" ] && kill -KILL -"$c" 2>/dev/null
+    scr_verdict "$mine" timeout 124
   fi
-  [ -e "$d/taken" ] || scr_verdict "$d" cold 0
+  [ -e "$d/taken.$$" ] || scr_verdict "$mine" cold 0
   st=
-  read -r st <"$d/status" 2>/dev/null
+  read -r st <"$d/status.$$" 2>/dev/null
   st=${st:-137}
-  scr_verdict "$d" "exit $st" "$st"
+  scr_verdict "$mine" "exit $st" "$st"
 }
 
 # The verdict. The clean-up and the next interpreter ($SCR_NEXT, when the
 # VM serves later calls) go to a background shell that holds none of the
 # exec's streams, so neither is on this call's path: the exec is over when
 # the relay exits, and the next interpreter warms while the answer travels.
+# scr_verdict <paths to remove> <verdict> <exit code>
 scr_verdict() {
   (
     exec </dev/null >/dev/null 2>&1
-    rm -rf "$1"
+    rm -rf $1
+    # The call is over: the interpreter it used is replaced too.
+    SCR_USING=
     [ -n "${SCR_NEXT:-}" ] && eval "scr_spawn $SCR_NEXT"
   ) &
   printf '\036SCR-RELAY %s\n' "$2" >&2

@@ -34,6 +34,7 @@ impl Manager {
             }
             Lang::Python => self.prepare_python_sdk(sandbox_id, pristine).await?,
         }
+        self.sdk_planted(sandbox_id);
         Ok(())
     }
 
