@@ -433,12 +433,12 @@ async fn guest_sdks_travel_through_data_channels_not_payloads() {
     h.finish(0).await;
 }
 
-/// Every interpreter the worker starts ahead (here, after a handler call
-/// that used `iii`, so the SDK module is loaded in the next one) was started
-/// without the call's token in its environment and, while it waits, holds no
-/// socket: it has connected nothing. Interpreters of other tests on this
-/// host are checked too; one a call has taken (its directory holds `taken`)
-/// is left out, as it runs a call now.
+/// Every python fork server the worker starts ahead (here, one that loaded
+/// the SDK module: it replaced the server the registration started, once a
+/// call had planted the SDK) was started without a call's token in its
+/// environment and holds no socket: it has connected nothing; only the
+/// children it forks for calls do. Servers of other tests on this host are
+/// checked too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
     let h = Harness::start("").await;
@@ -459,17 +459,28 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         let text = String::from_utf8_lossy(&cmdline);
-        if !text.contains("sandbox-code-runner: a pre-started python interpreter") {
+        if !text.contains("pre-started python interpreter") {
             return None;
         }
         let dir = String::from_utf8_lossy(args.iter().rev().find(|a| !a.is_empty())?);
-        Some(std::path::PathBuf::from(format!("/proc/{pid}/root{dir}")))
+        let dir = std::path::PathBuf::from(format!("/proc/{pid}/root{dir}"));
+        // The server itself, not a child it forked for a call (the pid file
+        // holds its pid in the sandbox's own PID namespace).
+        let server = std::fs::read_to_string(dir.join("pid")).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let inner = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))?
+            .split_whitespace()
+            .last()?
+            .to_string();
+        (server.trim() == inner).then_some(dir)
     };
     let mut seen = 0;
     let found = wait_for(Duration::from_secs(20), || async {
         std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
             let pid = e.file_name().to_string_lossy().to_string();
-            waiting(&pid).is_some_and(|d| !d.join("taken").exists())
+            waiting(&pid).is_some()
         })
     })
     .await;
@@ -490,12 +501,15 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
                     .count()
             })
             .unwrap_or(0);
-        if dir.join("taken").exists() || !dir.exists() {
+        if !dir.exists() {
             continue;
         }
         assert_eq!(sockets, 0, "a waiting interpreter holds a socket");
         seen += 1;
     }
     assert!(seen >= 1, "checked a waiting interpreter");
+    h.call(TEARDOWN, json!({"namespace": "pre-e2e", "lang": "python"}))
+        .await
+        .unwrap();
     h.finish(0).await;
 }

@@ -187,8 +187,8 @@ fn run_code(lang: Lang) -> &'static str {
 /// largest of those found on this host (the double's VMs are host processes).
 fn waiting_interpreter_mib(lang: Lang) -> Option<(f64, f64)> {
     let marker = match lang {
-        Lang::Python => "# sandbox-code-runner: a pre-started python interpreter",
-        Lang::Node => "// sandbox-code-runner: a pre-started node interpreter",
+        Lang::Python => "pre-started python interpreter",
+        Lang::Node => "pre-started node interpreter",
     };
     let mut best: Option<(f64, f64)> = None;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
