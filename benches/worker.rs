@@ -367,7 +367,12 @@ fn main() {
     if group_enabled("prestart") {
         prestart::prestart(&rt, &target);
     }
-    for mode in ["oneshot", "keep", "oneshot_no_pool", "keep_no_pool"] {
+    let cold_modes: &[&str] = if group_enabled("python_iii_cold") {
+        &["oneshot", "keep", "oneshot_no_pool", "keep_no_pool"]
+    } else {
+        &[]
+    };
+    for mode in cold_modes {
         let m = |v: &str| {
             stats_of(&format!("python_iii_cold/{v}/{mode}"))
                 .and_then(|s| s["median_ms"].as_f64())

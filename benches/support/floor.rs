@@ -300,16 +300,10 @@ impl PairedDiff {
 pub static PAIRED_DIFFS: Mutex<std::collections::BTreeMap<String, PairedDiff>> =
     Mutex::new(std::collections::BTreeMap::new());
 
-/// Alternates `with` and `without` `n` times, in both orders in turn, each
-/// giving the value it measured itself (ms), and records the [`PairedDiff`]
-/// under `id`.
-pub async fn paired_diff<A, FA, B, FB>(
-    id: &str,
-    measures: &str,
-    n: usize,
-    mut with: A,
-    mut without: B,
-) where
+/// `n` rounds of `with` and `without`, in both orders in turn, each giving
+/// the value it measured itself (ms): the two sides' values, round by round.
+pub async fn alternate<A, FA, B, FB>(n: usize, mut with: A, mut without: B) -> (Vec<f64>, Vec<f64>)
+where
     A: FnMut() -> FA,
     FA: std::future::Future<Output = f64>,
     B: FnMut() -> FB,
@@ -325,6 +319,19 @@ pub async fn paired_diff<A, FA, B, FB>(
             a.push(with().await);
         }
     }
+    (a, b)
+}
+
+/// Alternates `with` and `without` `n` times (see [`alternate`]) and records
+/// the [`PairedDiff`] under `id`.
+pub async fn paired_diff<A, FA, B, FB>(id: &str, measures: &str, n: usize, with: A, without: B)
+where
+    A: FnMut() -> FA,
+    FA: std::future::Future<Output = f64>,
+    B: FnMut() -> FB,
+    FB: std::future::Future<Output = f64>,
+{
+    let (a, b) = alternate(n, with, without).await;
     let figure = PairedDiff {
         measures: measures.to_string(),
         difference: Spread::of(&diff(&a, &b)),

@@ -83,23 +83,14 @@ fn bootstrap_ratio(a: &[f64], b: &[f64]) -> (f64, f64) {
 
 /// Times `with` and `without` alternately, `n` rounds, both orders in turn
 /// (each side returns the ms it measured itself).
-async fn paired_ratio<A, FA, B, FB>(id: &str, limit: f64, n: usize, mut with: A, mut without: B)
+async fn paired_ratio<A, FA, B, FB>(id: &str, limit: f64, n: usize, with: A, without: B)
 where
     A: FnMut() -> FA,
     FA: std::future::Future<Output = f64>,
     B: FnMut() -> FB,
     FB: std::future::Future<Output = f64>,
 {
-    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..n {
-        if i % 2 == 0 {
-            a.push(with().await);
-            b.push(without().await);
-        } else {
-            b.push(without().await);
-            a.push(with().await);
-        }
-    }
+    let (a, b) = floor::alternate(n, with, without).await;
     let (with_p50, without_p50) = (p50(a.clone()), p50(b.clone()));
     let r = PairedRatio {
         id: id.to_string(),
@@ -300,6 +291,16 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
             || run_in(&with, &rids[0], lang),
             || run_in(&without, &rids[1], lang),
         ));
+        rt.block_on(async {
+            for (side, rid) in [(&with, &rids[0]), (&without, &rids[1])] {
+                must(
+                    &side.client,
+                    "sandbox-code-runner::teardown",
+                    json!({"runtime_id": rid}),
+                )
+                .await;
+            }
+        });
         let memory = waiting_interpreter_mib(lang);
         if let Some((rss, pss)) = memory {
             record_bounded(
@@ -310,6 +311,20 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
             record_figure(&format!("prestart/waiting_interpreter_pss_mib/{lang}"), pss);
         }
     }
+    // Only the pools stay: each side's two pooled VMs.
+    rt.block_on(async {
+        for side in [&with, &without] {
+            for lang in [Lang::Python, Lang::Node] {
+                call(
+                    &side.client,
+                    "sandbox-code-runner::teardown",
+                    json!({"namespace": format!("bench-pre-{lang}"), "lang": lang.as_str()}),
+                )
+                .await
+                .ok();
+            }
+        }
+    });
     // A one-shot python run from the warm pool that uses `iii`: each round
     // waits (untimed) until each side's pool holds a VM again.
     let code = format!("print(iii.trigger({{'function_id': '{PONG}', 'payload': {{'n': 1}}}}))");

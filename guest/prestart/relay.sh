@@ -75,11 +75,7 @@ scr_relay() {
     scr_verdict "$d" timeout 124
   fi
   wait "$e"
-  [ -e "$d/taken" ] || scr_verdict "$d" cold 0
-  st=
-  read -r st <"$d/status" 2>/dev/null
-  st=${st:-137}
-  scr_verdict "$d" "exit $st" "$st"
+  scr_ended "$d" "$d/taken" "$d/status"
 }
 
 # scr_relay_fork <dir> <seconds>: as scr_relay, for the python fork server
@@ -107,11 +103,18 @@ scr_relay_fork() {
     [ -n "$c" ] && kill -KILL -"$c" 2>/dev/null
     scr_verdict "$mine" timeout 124
   fi
-  [ -e "$d/taken.$$" ] || scr_verdict "$mine" cold 0
+  scr_ended "$mine" "$d/taken.$$" "$d/status.$$"
+}
+
+# scr_ended <paths to remove> <taken file> <status file>: the verdict of a
+# call whose interpreter is done: cold if it never took the request, else
+# its exit code (137 when it died without writing one).
+scr_ended() {
+  [ -e "$2" ] || scr_verdict "$1" cold 0
   st=
-  read -r st <"$d/status.$$" 2>/dev/null
+  read -r st <"$3" 2>/dev/null
   st=${st:-137}
-  scr_verdict "$mine" "exit $st" "$st"
+  scr_verdict "$1" "exit $st" "$st"
 }
 
 # The verdict. The clean-up and the next interpreter ($SCR_NEXT, when the
