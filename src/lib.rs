@@ -15,6 +15,7 @@ pub mod guest_access;
 pub mod guest_listener;
 pub mod ids;
 pub mod metering;
+pub mod nodelay;
 pub mod pool;
 pub mod prestart;
 pub mod python_sdk;

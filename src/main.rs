@@ -164,6 +164,7 @@ async fn serve(url: String, config: Config) -> ExitCode {
             ..InitOptions::default()
         },
     );
+    sandbox_code_runner::nodelay::keep_off(&url);
     let bus = Arc::new(SdkBus::new(client.clone()));
     let sandbox: Arc<dyn SandboxApi> = Arc::new(BusSandbox::new(bus.clone()));
     let manager = Manager::new(
