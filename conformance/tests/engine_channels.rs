@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use code_runner_conformance::standin::engine::{EngineOptions, GuestListener, StandInEngine};
-use common::{client, wait_for};
+use common::client;
 use futures_util::{SinkExt, StreamExt};
 use iii_sdk::channel::{ChannelReader, ChannelWriter, StreamChannelRef};
 use iii_sdk::helpers::create_channel;
@@ -392,13 +392,6 @@ async fn stopping_the_stand_in_closes_its_channel_sockets() {
     ));
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// The real engine's config: a main listener and an RBAC listener that
 /// authenticates nobody and exposes nothing, like the stand-in's default
 /// guest listener.
@@ -412,39 +405,15 @@ fn real_config(main: u16, guest: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_channels_on_a_real_engine() {
-    let Some(bin) = std::env::var_os("III_BIN").filter(|b| !b.is_empty()) else {
-        eprintln!(
-            "SKIPPED data_channels_on_a_real_engine: set III_BIN=/path/to/iii (a real engine \
-             binary) to run the data-channel checks against a real engine as well"
-        );
+    let Some(engine) = common::real_engine::RealEngine::start(
+        "data_channels_on_a_real_engine",
+        "the data-channel checks",
+        real_config,
+    )
+    .await
+    else {
         return;
     };
-    let (main, guest) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("scr-channels-engine-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    std::fs::write(dir.join("config.yaml"), real_config(main, guest)).expect("config written");
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .arg("--no-update-check")
-        .current_dir(&dir)
-        .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1")
-        // Its anonymous usage telemetry would leave loopback.
-        .env("III_TELEMETRY_ENABLED", "false")
-        .kill_on_drop(true)
-        .spawn()
-        .expect("real engine starts");
-    let up = wait_for(Duration::from_secs(30), || async {
-        TcpStream::connect(("127.0.0.1", guest)).await.is_ok()
-            && TcpStream::connect(("127.0.0.1", main)).await.is_ok()
-    })
-    .await;
-    assert!(up, "the real engine opens both listeners");
-    channel_checks(
-        &format!("ws://127.0.0.1:{main}"),
-        &format!("ws://127.0.0.1:{guest}"),
-    )
-    .await;
-    let _ = child.kill().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    channel_checks(&engine.main_url(), &engine.guest_url()).await;
+    engine.stop().await;
 }

@@ -620,13 +620,6 @@ async fn stand_in_middleware_and_trigger_hooks() {
     engine.shutdown().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// The real engine's config: the stand-in's two listeners, in its YAML.
 fn real_config(main: u16, guest: u16) -> String {
     format!(
@@ -664,40 +657,19 @@ fn the_real_config_matches_the_stand_in_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_engine_rbac_listener() {
-    let Some(bin) = std::env::var_os("III_BIN").filter(|b| !b.is_empty()) else {
-        eprintln!(
-            "SKIPPED real_engine_rbac_listener: set III_BIN=/path/to/iii (a real engine binary) \
-             to run the RBAC listener, middleware and hook checks against a real engine as well"
-        );
+    let Some(engine) = common::real_engine::RealEngine::start(
+        "real_engine_rbac_listener",
+        "the RBAC listener, middleware and hook checks",
+        real_config,
+    )
+    .await
+    else {
         return;
     };
-    let (main, guest) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("scr-rbac-engine-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    std::fs::write(dir.join("config.yaml"), real_config(main, guest)).expect("config written");
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .arg("--no-update-check")
-        .current_dir(&dir)
-        .env("IIIWORKER_DISABLE_BUILTIN_DAEMONS", "1")
-        // Its anonymous usage telemetry would leave loopback.
-        .env("III_TELEMETRY_ENABLED", "false")
-        .kill_on_drop(true)
-        .spawn()
-        .expect("real engine starts");
-    let up = wait_for(Duration::from_secs(30), || async {
-        TcpStream::connect(("127.0.0.1", guest)).await.is_ok()
-            && TcpStream::connect(("127.0.0.1", main)).await.is_ok()
-    })
-    .await;
-    assert!(up, "the real engine opens both listeners");
-    let main_url = format!("ws://127.0.0.1:{main}");
-    let guest_url = format!("ws://127.0.0.1:{guest}");
+    let (main_url, guest_url) = (engine.main_url(), engine.guest_url());
     let probe = trusted_worker(&main_url).await;
     rbac_checks(&guest_url, &probe).await;
     tenancy_checks(&main_url, &guest_url, &probe).await;
     probe.client.shutdown_async().await;
-    let _ = child.kill().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    engine.stop().await;
 }

@@ -1,6 +1,7 @@
 //! Helpers shared by the conformance crate's integration tests.
 #![allow(dead_code, unused_imports)]
 
+pub mod real_engine;
 pub mod sdk_cache;
 
 use code_runner_conformance::standin::stack::{Stack, StackOptions};
