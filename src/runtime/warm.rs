@@ -174,19 +174,15 @@ impl Manager {
     }
 
     /// A warming VM is done: it joins the pool, or, when the pool closed
-    /// meanwhile (shutdown), it is stopped. Handed back under the state lock,
-    /// so a shutdown that saw the pool settle also sees it in the ledger.
+    /// meanwhile (shutdown), it goes to the ledger, handed back under the
+    /// state lock, so the shutdown that saw the pool settle stops it in its
+    /// late pass. Stopping it here as well would race that pass: a second
+    /// stop of a VM being stopped answers at once, and the shutdown would
+    /// end before the VM is gone.
     async fn arrive(&self, lang: Lang, vm: Option<PooledVm>) {
-        let back = {
-            let mut st = lock(&self.state);
-            let back = self.pool.arrive(lang, vm);
-            if let Some(id) = &back {
-                st.track(id);
-            }
-            back
-        };
-        if let Some(id) = back {
-            self.stop_vm(&id).await;
+        let mut st = lock(&self.state);
+        if let Some(id) = self.pool.arrive(lang, vm) {
+            st.track(&id);
         }
     }
 
