@@ -256,6 +256,16 @@ impl BusSandbox {
         }
     }
 
+    /// Whether `e` shows the bus has no data channels at all (then none is
+    /// tried again); any other failure is this one channel's.
+    fn note_channel_failure(&self, e: &BusError) -> bool {
+        let none = e.code == UNSUPPORTED || e.code == "function_not_found";
+        if none {
+            self.channels.store(false, Ordering::Relaxed);
+        }
+        none
+    }
+
     async fn call(
         &self,
         id: &str,
@@ -386,9 +396,7 @@ impl SandboxApi for BusSandbox {
         let reader = match self.bus.upload(content).await {
             Ok(reader) => reader,
             Err(e) => {
-                if e.code == UNSUPPORTED || e.code == "function_not_found" {
-                    self.channels.store(false, Ordering::Relaxed);
-                }
+                self.note_channel_failure(&e);
                 tracing::debug!(code = %e.code, "no data channel for a streamed write; writing inline");
                 return Ok(Streamed::NoChannels);
             }
@@ -423,10 +431,7 @@ impl SandboxApi for BusSandbox {
         };
         match self.bus.download(reader, limit).await {
             Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.code == UNSUPPORTED => {
-                self.channels.store(false, Ordering::Relaxed);
-                Ok(None)
-            }
+            Err(e) if self.note_channel_failure(&e) => Ok(None),
             Err(e) => Err(SandboxError::Bus(e)),
         }
     }

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use code_runner_conformance::standin::host::pids_with;
 use common::{wait_for, Harness};
 use serde_json::{json, Value};
 
@@ -455,13 +456,10 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
             json!(true)
         );
     }
+    let servers = || pids_with("pre-started python interpreter");
     let waiting = |pid: &str| -> Option<std::path::PathBuf> {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let text = String::from_utf8_lossy(&cmdline);
-        if !text.contains("pre-started python interpreter") {
-            return None;
-        }
         let dir = String::from_utf8_lossy(args.iter().rev().find(|a| !a.is_empty())?);
         let dir = std::path::PathBuf::from(format!("/proc/{pid}/root{dir}"));
         // The server itself, not a child it forked for a call (the pid file
@@ -478,15 +476,11 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
     };
     let mut seen = 0;
     let found = wait_for(Duration::from_secs(20), || async {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            let pid = e.file_name().to_string_lossy().to_string();
-            waiting(&pid).is_some()
-        })
+        servers().iter().any(|pid| waiting(pid).is_some())
     })
     .await;
     assert!(found, "an interpreter waits for the namespace's next call");
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let pid = e.file_name().to_string_lossy().to_string();
+    for pid in servers() {
         let Some(dir) = waiting(&pid) else { continue };
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         assert!(

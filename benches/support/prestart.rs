@@ -182,14 +182,8 @@ fn waiting_interpreter_mib(lang: Lang) -> Option<(f64, f64)> {
         Lang::Node => "pre-started node interpreter",
     };
     let mut best: Option<(f64, f64)> = None;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let dir = entry.path();
-        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
-            continue;
-        };
-        if !String::from_utf8_lossy(&cmdline).contains(marker) {
-            continue;
-        }
+    for pid in code_runner_conformance::standin::host::pids_with(marker) {
+        let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
         let kib = |file: &str, key: &str| -> Option<f64> {
             let text = std::fs::read_to_string(dir.join(file)).ok()?;
             let line = text.lines().find(|l| l.starts_with(key))?;

@@ -2,14 +2,15 @@
 # every exec that starts or uses one (`sh -c <this file + one command>`).
 #
 # A pre-started interpreter waits in its own session (setsid), with its
-# generation directory /tmp/.scr/pre/<n>/ holding three FIFOs it keeps open
+# generation directory /tmp/.scr/pre/<n>/ holding four FIFOs it keeps open
 # read-write (so opening them never blocks while it lives): `in` (fd 3, the
 # request), `out` (fd 1), `err` (fd 2) and `life` (fd 4, never written: its
-# end is the interpreter's exit); plus `pid`. It has loaded its
-# wrapper harness and the iii SDK module, connected nothing, and holds no
-# token. A call hands it one request: a JSON header line and the exec's
-# stdin bytes. It writes `taken` when it has read the request, and `status`
-# (its exit code) when it exits.
+# end is the end of the call); plus `pid`. It has loaded its wrapper harness
+# and the iii SDK module, connected nothing, and holds no token. A call
+# hands it one request: a JSON header line and the exec's stdin bytes (node,
+# scr_relay), or the relay's pid (python's fork server, scr_relay_fork). It
+# writes `taken` once it has read the request and `status` (its exit code)
+# when it exits (python: `taken.<relay pid>`, `status.<relay pid>`).
 
 SCR_PRE=/tmp/.scr/pre
 
@@ -18,18 +19,17 @@ SCR_PRE=/tmp/.scr/pre
 # <interpreter argv…>`).
 
 # scr_spawn <dir> <interpreter argv…>: starts one waiting interpreter in <dir>,
-# after killing every other one except $SCR_USING (the one a call is using),
-# so a VM never holds more than two: the one serving a call (a node
-# interpreter, or python's fork server with the child it forked) and the
-# next. (A python call's child is in its own process group and is not
-# touched.)
+# after killing every other one: it runs only when no call is using one (at
+# a relay's verdict, or before a cold exec), so a VM never holds more than
+# two: the one serving a call (a node interpreter, or python's fork server
+# with the child it forked) and the next. (A python call's child is in its
+# own process group and is not touched.)
 scr_spawn() {
   n=$1
   shift
   for p in "$SCR_PRE"/*/pid; do
     [ -e "$p" ] || continue
     q=${p%/pid}
-    [ "$q" = "${SCR_USING:-}" ] && continue
     read -r q_pid <"$p" 2>/dev/null && kill -KILL -"$q_pid" 2>/dev/null
     rm -rf "$q"
   done
@@ -50,6 +50,14 @@ scr_alive() {
   case ${s%% *} in Z | X | x | "") return 1 ;; esac
 }
 
+# scr_waiting <dir>: $pid is the interpreter waiting in <dir>; if there is
+# none (or it is dead), the call ends here, cold.
+scr_waiting() {
+  pid=
+  read -r pid <"$1/pid" 2>/dev/null
+  scr_alive "$pid" || scr_verdict "$1" cold 0
+}
+
 # scr_relay <dir> <seconds>: hands this exec's stdin to the interpreter in
 # <dir> and passes its stdout, stderr and exit code through. The last line
 # of stderr is always the relay's verdict, written after everything the
@@ -58,9 +66,7 @@ scr_alive() {
 # passed and its whole process group was killed), or `… exit <code>`.
 scr_relay() {
   d=$1
-  pid=
-  read -r pid <"$d/pid" 2>/dev/null
-  scr_alive "$pid" || scr_verdict "$d" cold 0
+  scr_waiting "$d"
   exec 4<"$d/out" 5<"$d/err"
   cat <&5 >&2 &
   e=$!
@@ -86,9 +92,8 @@ scr_relay() {
 # the child's pid, `taken` and `status` come as <file>.<this shell's pid>.
 scr_relay_fork() {
   d=$1
-  pid=
-  read -r pid <"$d/pid" 2>/dev/null
-  scr_alive "$pid" && [ -p "$d/life" ] || scr_verdict "$d" cold 0
+  scr_waiting "$d"
+  [ -p "$d/life" ] || scr_verdict "$d" cold 0
   # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
   # shell itself may move 0, 1 and 2 around while it runs commands.
   exec 4<"$d/life" 6<&0 7>&1 8>&2
@@ -127,7 +132,6 @@ scr_verdict() {
     exec </dev/null >/dev/null 2>&1
     rm -rf $1
     # The call is over: the interpreter it used is replaced too.
-    SCR_USING=
     [ -n "${SCR_NEXT:-}" ] && eval "scr_spawn $SCR_NEXT"
   ) &
   printf '\036SCR-RELAY %s\n' "$2" >&2
