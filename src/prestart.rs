@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use crate::ids::Lang;
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 const RELAY: &str = include_str!("../guest/prestart/relay.sh");
+const RELAY_FORK: &str = include_str!("../guest/prestart/relay_fork.sh");
 const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
 const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 
@@ -42,8 +43,14 @@ fn interpreter(lang: Lang) -> &'static str {
 }
 
 fn harness(lang: Lang) -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
     match lang {
-        Lang::Python => PYTHON_READY,
+        // The fork server runs the wrappers' definitions ahead (ready.py).
+        Lang::Python => PYTHON.get_or_init(|| {
+            let wrappers = [crate::guest::PYTHON_RUN, crate::guest::PYTHON_INVOKE];
+            let literal = serde_json::to_string(&wrappers).expect("strings serialize");
+            format!("_WRAPPERS = {literal}\n{PYTHON_READY}")
+        }),
         Lang::Node => NODE_READY,
     }
 }
@@ -93,28 +100,46 @@ pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParam
 /// `p` handed to the interpreter waiting in generation `using` (after
 /// starting generation `next`, when the VM serves later calls).
 pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecParams) -> ExecParams {
-    // The next interpreter starts once this call has its verdict
-    // (`scr_verdict` runs `scr_spawn $SCR_NEXT`).
-    let mut command = String::new();
-    if let Some(n) = next {
-        command.push_str(&format!("SCR_NEXT='{} {}'; ", dir(n), interpreter(lang)));
-    }
-    let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
-    // Python forks a child per call off its waiting server, which takes the
-    // exec's own streams (nothing copied); node serves one call per
-    // interpreter and cannot move its fds 1 and 2, so the relay copies them
-    // from its FIFOs.
-    let relay = match lang {
-        Lang::Python => "scr_relay_fork",
-        Lang::Node => "scr_relay",
+    let timeout_ms = p.timeout_ms.saturating_add(RELAY_GRACE_MS);
+    let mut e = match lang {
+        // Python forks a child per call off its waiting server, which takes
+        // the exec's own streams (nothing copied) and enforces the budget:
+        // the relay is shell builtins only, and carries the spawner only
+        // when the server is to be replaced.
+        Lang::Python => {
+            let relay = format!("scr_relay_fork {} {}", dir(using), p.timeout_ms);
+            match next {
+                None => ExecParams {
+                    argv: vec!["sh".into(), "-c".into(), format!("{RELAY_FORK}\n{relay}\n")],
+                    stdin: None,
+                    env: BTreeMap::new(),
+                    timeout_ms,
+                    workdir: Some(crate::guest::WORKDIR.into()),
+                },
+                Some(n) => {
+                    let command = format!(
+                        "{RELAY_FORK}\nSCR_NEXT='{} {}'; {relay}",
+                        dir(n),
+                        interpreter(lang)
+                    );
+                    shell(lang, command, Vec::new(), timeout_ms)
+                }
+            }
+        }
+        // Node serves one call per interpreter and cannot move its fds 1 and
+        // 2, so the relay copies them from its FIFOs; the next interpreter
+        // starts once this call has its verdict (`scr_verdict` runs
+        // `scr_spawn $SCR_NEXT`).
+        Lang::Node => {
+            let mut command = String::new();
+            if let Some(n) = next {
+                command.push_str(&format!("SCR_NEXT='{} {}'; ", dir(n), interpreter(lang)));
+            }
+            let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
+            command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
+            shell(lang, command, Vec::new(), timeout_ms)
+        }
     };
-    command.push_str(&format!("{relay} {} {seconds}", dir(using)));
-    let mut e = shell(
-        lang,
-        command,
-        Vec::new(),
-        p.timeout_ms.saturating_add(RELAY_GRACE_MS),
-    );
     e.stdin = Some(request(p));
     e
 }
@@ -300,13 +325,19 @@ mod tests {
         assert_eq!(r.timeout_ms, 2500 + RELAY_GRACE_MS);
         let command = &r.argv[2];
         assert!(
-            command.ends_with("scr_relay_fork /tmp/.scr/pre/4 2.500\n"),
+            command.ends_with("scr_relay_fork /tmp/.scr/pre/4 2500\n"),
             "{command}"
         );
         assert!(
             command.contains(r#"SCR_NEXT='/tmp/.scr/pre/5 python3 -c "$SCR_HARNESS"'"#),
             "{command}"
         );
+        assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");
+        // A relay into a server that stays is builtins only: no spawner, no harness.
+        let fast = relay_exec(Lang::Python, 4, None, &p);
+        assert_eq!(fast.argv.len(), 3);
+        assert!(!fast.argv[2].contains("scr_spawn() {"), "{}", fast.argv[2]);
+        assert_eq!(fast.stdin.as_deref(), Some(&stdin[..]));
     }
 
     #[test]

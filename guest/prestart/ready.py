@@ -2,29 +2,38 @@
 # fork server.
 # argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3/1/2/4 are <dir>'s
 # in/out/err/life FIFOs, opened read-write by the spawner; stdin /dev/null)
-# It imports what the wrappers use and the iii SDK module (when it is
-# planted), connects nothing, holds no token, and never runs a call itself:
-# for each relay pid that arrives on fd 3 (scr_relay_fork) it forks a child
-# and goes back to waiting. So every call gets a fresh process, with nothing
-# of any earlier call in it, without paying the interpreter's start or the
-# SDK's import.
+# The worker prepends `_WRAPPERS = [<wrapper source>, ...]`: the wrappers a
+# call may run. The server imports what they use and the iii SDK module
+# (when it is planted), and runs each wrapper's definitions (everything but
+# its last line, `_main()`); it connects nothing, holds no token, and never
+# runs a call itself. For each request line `<relay pid> <budget ms>` that
+# arrives on fd 3 (relay_fork.sh) it forks a child and waits for it, up to
+# the budget. So every call gets a fresh process, with nothing of any
+# earlier call in it, without paying the interpreter's start, the SDK's
+# import or the wrapper's compile.
 # The child, in its own process group, reads the request from that relay's
 # stdin (through /proc/<pid>/fd/6):
 #   {"script": <a wrapper, as for python3 -c>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
 # takes the relay's stdout and stderr (/proc/<pid>/fd/7, 8) as its fds 1
 # and 2, and runs the script as `python3 -c` would in a fresh process: its
 # stdin is those bytes, its env the VM's plus the request's, sys.argv ["-c"].
-# It writes <dir>/child.<pid> (its pid), taken.<pid>, and status.<pid> (its
-# exit code); its exit closes the `life` FIFO the relay opened, which the
-# server replaces for the next call.
+# <dir>/status.<pid> says how the call ended: the child writes 137 once it
+# has the request and its exit code when it exits; the server then writes
+# what the child's wait status says, or `timeout` (after killing the call's
+# process group at the budget). The relay reads it once the `life` FIFO it
+# opened has no writer left: the server holds this call's `life` until it
+# has written the status, and has swapped a fresh one in for the next call.
 
 
-def _ready():
+def _ready(wrappers):
     import atexit
     import builtins
+    import gc
     import os
+    import select
     import signal
     import sys
+    import time
 
     # What every wrapper imports, loaded while nobody waits.
     import importlib.util  # noqa: F401
@@ -44,49 +53,184 @@ def _ready():
             for name in ("iii", "iii_helpers", "websockets", "opentelemetry"):
                 logging.getLogger(name).propagate = False
             import iii  # noqa: F401  (imported, not connected)
+            import asyncio  # noqa: F401
+            import websockets.asyncio.client  # noqa: F401  (what connecting loads)
         except Exception:
             pass  # the wrapper's `iii` explains on first use
         finally:
             sys.path.remove(sdk_dir)  # the wrapper puts it back when it is used
 
+    # Each wrapper's definitions, run ahead: a call only runs its `_main()`.
+    loaded = {}
+    for text in wrappers:
+        head, _, last = text.rstrip().rpartition("\n")
+        if last != "_main()":
+            continue
+        try:
+            code = compile(head, "<string>", "exec", dont_inherit=True)
+            ns = _fresh_globals(builtins)
+            exec(code, ns)
+            loaded[text] = ns
+        except Exception:
+            pass  # that wrapper runs from its text
+    # What is loaded now stays out of the collector's way: a child's
+    # collections never walk (and so never copy) the server's pages.
+    gc.collect()
+    gc.freeze()
+
     life = os.path.join(d, "life")
     os.set_inheritable(4, False)  # `life` ends with the call, not with its children
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped for us
-    pending = b""
+    lives, alive = os.pipe()  # its end is the server's: waiting children go too
+    last = None
     while True:
-        while b"\n" not in pending:
-            chunk = os.read(3, 64)
-            if not chunk:
-                os._exit(97)
-            pending += chunk
-        line, pending = pending.split(b"\n", 1)
-        try:
-            relay = int(line.strip())
-        except ValueError:
-            continue
-        if os.fork() == 0:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.setpgid(0, 0)  # the relay's deadline kills this call's group only
-            os.close(3)
-            _call(d, relay, atexit, builtins, json, os, sys, threading, traceback)
-        # The child holds this call's `life`; the next call gets a new one,
-        # swapped in under the same name at once.
-        fresh = os.path.join(d, "life.next")
-        try:
-            os.unlink(fresh)
-        except FileNotFoundError:
-            pass
+        # The next call's child, forked now (off the call's path): it waits
+        # on `in` holding this generation's `life`; so does the server,
+        # until that call's status is written.
+        says_r, says_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(says_r)
+            os.close(alive)
+            os.setpgid(0, 0)  # the deadline kills this call's group only
+            _child(d, says_w, lives, loaded, atexit, builtins, json, os, select, sys, threading,
+                   traceback)
+        os.close(says_w)
+        end = _Child(pid, says_r, os, select, time)
+        took = end.took()
+        if took is not None:
+            relay, budget_ms = took
+            if last is not None and last != relay:
+                _unlink(os, os.path.join(d, "status.%d" % last))
+            last = relay
+            said = end.ended(budget_ms / 1000.0, signal)
+            if said is not None:
+                try:
+                    with open(os.path.join(d, "status.%d" % relay), "w") as f:
+                        f.write(said)
+                except OSError:
+                    pass
+        # A fresh `life` under the name before this one is let go: the relay
+        # holding this one sees its end; the next relay opens the fresh one.
+        fresh = life + ".next"
+        _unlink(os, fresh)
         os.mkfifo(fresh)
         fd = os.open(fresh, os.O_RDWR)
+        os.rename(fresh, life)
         os.dup2(fd, 4, inheritable=False)
         os.close(fd)
-        os.rename(fresh, life)
+        end.reap()
 
 
-def _call(d, relay, atexit, builtins, json, os, sys, threading, traceback):
-    tag = "." + str(relay)
-    with open(os.path.join(d, "child" + tag), "w") as f:
-        f.write(str(os.getpid()))
+class _Child:
+    """The server's view of one call's child: what it says on its pipe
+    (`t <relay> <budget ms>` once it has taken a call, `d` once it has
+    reported its exit code and closed its streams) and its exit."""
+
+    def __init__(self, pid, says, os, select, time):
+        self.pid, self.says, self.os, self.select, self.time = pid, says, os, select, time
+        self.pending = b""
+        self.open = True
+        self.status = None
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def _next(self, timeout):
+        """The child's next line, "" once it exited, or None when `timeout`
+        (seconds; None: no limit) passed first."""
+        os = self.os
+        deadline = None if timeout is None else self.time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            if self.status is not None:
+                return ""
+            fds = ([self.says] if self.open else []) + ([self.pidfd] if self.pidfd is not None else [])
+            left = None if deadline is None else max(0.0, deadline - self.time.monotonic())
+            if self.pidfd is None:
+                left = 0.002 if left is None else min(left, 0.002)
+            ready = self.select.select(fds, [], [], left)[0]
+            if self.says in ready:
+                chunk = os.read(self.says, 64)
+                self.pending += chunk
+                self.open = bool(chunk)
+            if self.pidfd is None or self.pidfd in ready:
+                self._exited(os.WNOHANG)
+            if b"\n" not in self.pending and deadline is not None and self.time.monotonic() >= deadline:
+                return None
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode("ascii", "replace")
+
+    def _exited(self, flags):
+        done, st = self.os.waitpid(self.pid, flags)
+        if done:
+            code = self.os.waitstatus_to_exitcode(st)
+            self.status = str(code if code >= 0 else 128 - code)
+
+    def took(self):
+        """(relay pid, budget ms) of the call it took; None if it died first."""
+        line = self._next(None)
+        try:
+            kind, relay, budget = line.split()
+            if kind == "t":
+                return int(relay), int(budget)
+        except ValueError:
+            pass
+        return None
+
+    def ended(self, budget, signal):
+        """What the status file should say once the call ended: None when
+        the child wrote it itself (`d`), its exit code when it died without,
+        `timeout` when the budget passed (its process group is killed)."""
+        line = self._next(budget)
+        if line == "d":
+            return None
+        if line is None:
+            try:
+                self.os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self._exited(0)
+            return "timeout"
+        while self.status is None:
+            self._exited(0)
+        return self.status
+
+    def reap(self):
+        if self.status is None:
+            self._exited(0)
+        self.os.close(self.says)
+        if self.pidfd is not None:
+            self.os.close(self.pidfd)
+
+
+def _fresh_globals(builtins):
+    return {"__name__": "__main__", "__builtins__": builtins, "__doc__": None,
+            "__spec__": None, "__loader__": None, "__package__": None}
+
+
+def _unlink(os, name):
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def _child(d, says, lives, loaded, atexit, builtins, json, os, select, sys, threading, traceback):
+    # Waiting: for a relay's line on `in`, or for the server's end (then
+    # this child has nothing to wait for either).
+    while True:
+        ready = select.select([3, lives], [], [])[0]
+        if lives in ready:
+            os._exit(97)
+        line = os.read(3, 64).split(b"\n", 1)[0]
+        try:
+            relay, budget_ms = (int(x) for x in line.split())
+            break
+        except ValueError:
+            continue
+    os.close(3)
+    os.close(lives)
+    status = os.path.join(d, "status.%d" % relay)
     # The relay keeps this exec's stdin, stdout and stderr on its fds 6-8.
     with open("/proc/%d/fd/6" % relay, "rb") as f:
         buf = f.read()
@@ -94,7 +238,9 @@ def _call(d, relay, atexit, builtins, json, os, sys, threading, traceback):
     del buf
     req = json.loads(head)
     data = data[:int(req["stdin"])]
-    open(os.path.join(d, "taken" + tag), "w").close()
+    with open(status, "w") as f:
+        f.write("137")  # taken: from here on the call counts as run
+    os.write(says, b"t %d %d\n" % (relay, budget_ms))
     for fd, held in ((1, 7), (2, 8)):
         new = os.open("/proc/%d/fd/%d" % (relay, held), os.O_WRONLY)
         os.dup2(new, fd)
@@ -110,7 +256,6 @@ def _call(d, relay, atexit, builtins, json, os, sys, threading, traceback):
     os.close(stdin)
     del data, view
 
-    status = os.path.join(d, "status" + tag)
     real_exit = os._exit
 
     def report(code):
@@ -120,19 +265,43 @@ def _call(d, relay, atexit, builtins, json, os, sys, threading, traceback):
         except Exception:
             pass
 
-    def _exit(code):
+    def ended(code):
+        # The call is over before the process is: tell the server its status
+        # is written, and let go of the streams (the teardown is off the
+        # call's path).
         report(code)
-        real_exit(code)
+        try:
+            os.write(says, b"d\n")
+        except OSError:
+            pass
+        for fd in (0, 1, 2, 4):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        real_exit(code & 0xFF)
+
+    def _exit(code):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        ended(code)
 
     os._exit = _exit
     sys.argv[:] = ["-c"]
-    script = compile(req["script"], "<string>", "exec", dont_inherit=True)
+    ns = loaded.get(req["script"])
+    if ns is None:
+        script = compile(req["script"], "<string>", "exec", dont_inherit=True)
+        ns = _fresh_globals(builtins)
     del req
-    main = {"__name__": "__main__", "__builtins__": builtins, "__doc__": None,
-            "__spec__": None, "__loader__": None, "__package__": None}
     hooks = atexit._ncallbacks()
     try:
-        exec(script, main)
+        if "_main" in ns:
+            ns["_main"]()
+        else:
+            exec(script, ns)
         code = 0
     except SystemExit as e:
         if e.code is None:
@@ -148,14 +317,10 @@ def _call(d, relay, atexit, builtins, json, os, sys, threading, traceback):
     report(code)
     if threading.active_count() == 1 and atexit._ncallbacks() == hooks:
         # Nothing is left for the interpreter's own exit to wait for or run:
-        # skip tearing down the modules loaded ahead.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        real_exit(code & 0xFF)
+        # skip tearing down the modules loaded ahead, and end the call before
+        # the process is gone (its teardown is off the call's path).
+        _exit(code)
     sys.exit(code)
 
 
-_ready()
+_ready(globals().get("_WRAPPERS") or [])

@@ -8,9 +8,9 @@
 # end is the end of the call); plus `pid`. It has loaded its wrapper harness
 # and the iii SDK module, connected nothing, and holds no token. A call
 # hands it one request: a JSON header line and the exec's stdin bytes (node,
-# scr_relay), or the relay's pid (python's fork server, scr_relay_fork). It
-# writes `taken` once it has read the request and `status` (its exit code)
-# when it exits (python: `taken.<relay pid>`, `status.<relay pid>`).
+# scr_relay here), or the relay's pid and budget (python's fork server,
+# relay_fork.sh). A node interpreter writes `taken` once it has read the
+# request and `status` (its exit code) when it exits.
 
 SCR_PRE=/tmp/.scr/pre
 
@@ -82,33 +82,6 @@ scr_relay() {
   fi
   wait "$e"
   scr_ended "$d" "$d/taken" "$d/status"
-}
-
-# scr_relay_fork <dir> <seconds>: as scr_relay, for the python fork server
-# in <dir>: it forks a child per call that takes this exec's own stdin,
-# stdout and stderr (reopened through /proc/<this shell>/fd/{6,7,8}), so
-# nothing is copied and no interpreter starts. It is handed this shell's
-# pid; the call's end is the end of `life` (the FIFO only the child holds);
-# the child's pid, `taken` and `status` come as <file>.<this shell's pid>.
-scr_relay_fork() {
-  d=$1
-  scr_waiting "$d"
-  [ -p "$d/life" ] || scr_verdict "$d" cold 0
-  # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
-  # shell itself may move 0, 1 and 2 around while it runs commands.
-  exec 4<"$d/life" 6<&0 7>&1 8>&2
-  echo $$ >"$d/in"
-  timeout "$2" cat <&4 >/dev/null
-  rc=$?
-  exec 4<&-
-  mine="$d/taken.$$ $d/status.$$ $d/child.$$"
-  if [ "$rc" = 124 ]; then
-    c=
-    read -r c <"$d/child.$$" 2>/dev/null
-    [ -n "$c" ] && kill -KILL -"$c" 2>/dev/null
-    scr_verdict "$mine" timeout 124
-  fi
-  scr_ended "$mine" "$d/taken.$$" "$d/status.$$"
 }
 
 # scr_ended <paths to remove> <taken file> <status file>: the verdict of a

@@ -1,0 +1,45 @@
+# sandbox-code-runner: the relay into python's fork server (ready.py), the
+# whole exec of a call that has one waiting: shell builtins only, so the
+# call pays for one `sh` and nothing else.
+# scr_relay_fork <dir> <budget ms>: hands the server in <dir> this shell's
+# pid; the child it forks takes this exec's stdin, stdout and stderr
+# (reopened through /proc/<this shell>/fd/{6,7,8}), so nothing is copied.
+# The server enforces the budget over the call's process group. The call's
+# end is the end of `life` (held by the child, and by the server until it
+# has written <dir>/status.<this shell's pid>). The last line of stderr is
+# the verdict: `\036SCR-RELAY cold` (no server, or it never took the
+# request: nothing ran), `… timeout`, or `… exit <code>`.
+scr_relay_fork() {
+  p=
+  read -r p <"$1/pid" 2>/dev/null
+  # A live server holds fd 3; a dead one (a zombie too) holds nothing.
+  [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_told cold 0
+  # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
+  # shell itself may move 0, 1 and 2 around while it runs commands.
+  exec 4<"$1/life" 6<&0 7>&1 8>&2
+  echo "$$ $2" >"$1/in"
+  while read -r _ <&4; do :; done
+  exec 4<&-
+  st=
+  read -r st <"$1/status.$$" 2>/dev/null
+  case $st in
+    '') scr_told cold 0 ;;
+    timeout) scr_told timeout 124 ;;
+    *[!0-9]*) scr_told "exit 137" 137 ;;
+  esac
+  scr_told "exit $st" "$st"
+}
+
+# scr_told <verdict> <exit code>: the verdict line, then the exec's end. A
+# relay whose server is to be replaced (SCR_NEXT, with relay.sh sourced)
+# starts the next one in a shell that holds none of this exec's streams.
+scr_told() {
+  if [ -n "${SCR_NEXT:-}" ]; then
+    (
+      exec </dev/null >/dev/null 2>&1 6>&- 7>&- 8>&-
+      eval "scr_spawn $SCR_NEXT"
+    ) &
+  fi
+  printf '\036SCR-RELAY %s\n' "$1" >&2
+  exit "$2"
+}
