@@ -42,16 +42,25 @@ fn interpreter(lang: Lang) -> &'static str {
     }
 }
 
+/// The waiting interpreter's script, with the wrappers a call may run (it
+/// loads their definitions ahead): a JSON array of strings is a literal in
+/// both languages.
 fn harness(lang: Lang) -> &'static str {
     static PYTHON: OnceLock<String> = OnceLock::new();
+    static NODE: OnceLock<String> = OnceLock::new();
+    let with = |wrappers: [&str; 2], assign: &str, script: &str| {
+        let literal = serde_json::to_string(&wrappers).expect("strings serialize");
+        format!("{assign}{literal};\n{script}")
+    };
     match lang {
-        // The fork server runs the wrappers' definitions ahead (ready.py).
         Lang::Python => PYTHON.get_or_init(|| {
             let wrappers = [crate::guest::PYTHON_RUN, crate::guest::PYTHON_INVOKE];
-            let literal = serde_json::to_string(&wrappers).expect("strings serialize");
-            format!("_WRAPPERS = {literal}\n{PYTHON_READY}")
+            with(wrappers, "_WRAPPERS = ", PYTHON_READY)
         }),
-        Lang::Node => NODE_READY,
+        Lang::Node => NODE.get_or_init(|| {
+            let wrappers = [crate::guest::NODE_RUN, crate::guest::NODE_INVOKE];
+            with(wrappers, "const WRAPPERS = ", NODE_READY)
+        }),
     }
 }
 

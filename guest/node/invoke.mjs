@@ -54,9 +54,10 @@ function clip(s) {
   return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}…[truncated]` : s;
 }
 
-// Stack frames of this wrapper (an eval'd module) are noise to the caller.
+// Stack frames of this wrapper (an eval'd module, or the copy a pre-started
+// interpreter loaded ahead) are noise to the caller.
 function userStack(stack) {
-  return stack.split('\n').filter((l) => !/^\s+at .*\[eval\d*\]/.test(l)).join('\n');
+  return stack.split('\n').filter((l) => !/^\s+at .*(\[eval\d*\]|\/\.scr\/pre\/\d+\/wrapper-)/.test(l)).join('\n');
 }
 
 function errorBody(type, e) {

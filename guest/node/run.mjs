@@ -20,34 +20,40 @@ async function readStdin() {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-dropEvalGlobals(builtinModules);
-const code = await readStdin();
-const iiiGlobal = installIii(code, 'sandbox-code-runner:run');
+// The whole run: a pre-started interpreter loads this file's definitions
+// ahead and calls it (its last line, `await main();`, is the cold start's).
+async function main() {
+  dropEvalGlobals(builtinModules);
+  const code = await readStdin();
+  const iiiGlobal = installIii(code, 'sandbox-code-runner:run');
 
-// Next to the cwd so that relative imports and import.meta behave as for a
-// file the user wrote there; hidden, private, and removed afterwards.
-let dir = process.cwd();
-try { fs.accessSync(dir, fs.constants.W_OK); } catch { dir = '/tmp/.scr'; fs.mkdirSync(dir, { recursive: true, mode: 0o700 }); }
-// Runs on one runtime are serialized, so a leftover from a killed run (older
-// than a minute) is safe to sweep.
-for (const f of fs.readdirSync(dir)) {
-  if (!/^\.scr-run-[0-9a-f]+\.mjs$/.test(f)) continue;
-  try { if (Date.now() - fs.statSync(path.join(dir, f)).mtimeMs > 60_000) fs.unlinkSync(path.join(dir, f)); } catch { /* raced */ }
-}
-const file = path.join(dir, `.scr-run-${randomBytes(6).toString('hex')}.mjs`);
-fs.writeFileSync(file, code, { mode: 0o600, flag: 'wx' });
-const removeFile = () => { try { fs.unlinkSync(file); } catch { /* already gone */ } };
-process.on('exit', removeFile); // process.exit() in user code skips the finally below
+  // Next to the cwd so that relative imports and import.meta behave as for a
+  // file the user wrote there; hidden, private, and removed afterwards.
+  let dir = process.cwd();
+  try { fs.accessSync(dir, fs.constants.W_OK); } catch { dir = '/tmp/.scr'; fs.mkdirSync(dir, { recursive: true, mode: 0o700 }); }
+  // Runs on one runtime are serialized, so a leftover from a killed run (older
+  // than a minute) is safe to sweep.
+  for (const f of fs.readdirSync(dir)) {
+    if (!/^\.scr-run-[0-9a-f]+\.mjs$/.test(f)) continue;
+    try { if (Date.now() - fs.statSync(path.join(dir, f)).mtimeMs > 60_000) fs.unlinkSync(path.join(dir, f)); } catch { /* raced */ }
+  }
+  const file = path.join(dir, `.scr-run-${randomBytes(6).toString('hex')}.mjs`);
+  fs.writeFileSync(file, code, { mode: 0o600, flag: 'wx' });
+  const removeFile = () => { try { fs.unlinkSync(file); } catch { /* already gone */ } };
+  process.on('exit', removeFile); // process.exit() in user code skips the finally below
 
-await iiiGlobal.ready;
-let failure = null;
-try {
-  await import(pathToFileURL(file).href);
-} catch (e) {
-  failure = { e };
-} finally {
-  removeFile();
+  await iiiGlobal.ready;
+  let failure = null;
+  try {
+    await import(pathToFileURL(file).href);
+  } catch (e) {
+    failure = { e };
+  } finally {
+    removeFile();
+  }
+  if (!(await iiiGlobal.close(2000))) process.exit(failure ? 1 : (process.exitCode ?? 0));
+  // Rethrown to the top level so Node prints its usual uncaught-error report and exits 1.
+  if (failure) throw failure.e;
 }
-if (!(await iiiGlobal.close(2000))) process.exit(failure ? 1 : (process.exitCode ?? 0));
-// Rethrown at top level so Node prints its usual uncaught-error report and exits 1.
-if (failure) throw failure.e;
+
+await main();

@@ -1,12 +1,17 @@
 // sandbox-code-runner: a pre-started node interpreter (see relay.sh).
 // argv: node --input-type=module -e <this file> <dir>   (cwd /tmp; fds 3/1/2
 // are <dir>'s in/out/err FIFOs, opened read-write by the spawner; stdin is
-// /dev/null). It imports the iii SDK bundle (when it is planted), connects
-// nothing, then waits for one request on fd 3:
+// /dev/null). The worker prepends `const WRAPPERS = [<wrapper source>, ...]`.
+// It imports the iii SDK bundle (when it is planted) and what a call's first
+// use would otherwise load on the call's path, loads each wrapper's
+// definitions (everything but its last line, `await main();`), connects
+// nothing, then waits for one relay pid on fd 3 and reads that relay's stdin
+// (through /proc/<pid>/fd/6):
 //   {"script": <a wrapper, as for node --input-type=module -e>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
 // and runs the script as that command would in a fresh process: its stdin
 // is those bytes, its env the VM's plus the request's, process.argv [node].
-// Its exit code goes to <dir>/status, read by the relay.
+// It writes <dir>/taken once it has the request, and its exit code to
+// <dir>/status, read by the relay.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -29,44 +34,71 @@ if (fs.existsSync(SDK_FILE)) {
   } catch { /* the wrapper's `iii` explains on first use */ }
 }
 
-// One request: a header line, then exactly `stdin` bytes.
+// What a call would otherwise pay for on first use: the builtins the
+// wrappers and a connecting client load, ICU (the client reads the locale),
+// the ES module loader on a file, stream iteration, the thread pool.
+for (const m of ['crypto', 'module', 'util', 'events', 'http', 'https', 'net', 'zlib', 'os', 'buffer']) {
+  await import(`node:${m}`);
+}
+Intl.DateTimeFormat().resolvedOptions();
+for await (const _ of Readable.from([Buffer.alloc(1)])) { /* warm */ }
+await fs.promises.stat(dir);
+
+// Each wrapper's definitions, loaded ahead: a call only runs its main().
+const TAIL = 'await main();';
+const loaded = new Map();
+for (const [i, text] of (typeof WRAPPERS === 'undefined' ? [] : WRAPPERS).entries()) {
+  const body = text.trimEnd();
+  if (!body.endsWith(TAIL)) continue;
+  const file = path.join(dir, `wrapper-${i}.mjs`);
+  try {
+    fs.writeFileSync(file, `${body.slice(0, -TAIL.length)}export { main };\n`, { mode: 0o600 });
+    loaded.set(text, await import(pathToFileURL(file).href));
+  } catch { /* that wrapper runs from its text */ }
+}
+
+// One relay's pid on fd 3, then its request on its fd 6: a header line, then
+// exactly `stdin` bytes.
 function readRequest() {
-  const chunk = Buffer.alloc(1 << 16);
-  let buf = Buffer.alloc(0);
-  let nl = -1;
-  while ((nl = buf.indexOf(10)) < 0) {
-    const n = fs.readSync(3, chunk, 0, chunk.length, null);
-    if (n === 0) process.reallyExit(97);
-    buf = Buffer.concat([buf, chunk.subarray(0, n)]);
+  const line = Buffer.alloc(64);
+  let n = 0;
+  while (n === 0 || line[n - 1] !== 10) {
+    const got = fs.readSync(3, line, n, line.length - n, null);
+    if (got === 0) process.reallyExit(97);
+    n += got;
   }
+  const relay = Number.parseInt(line.subarray(0, n).toString('ascii'), 10);
+  fs.closeSync(3);
+  const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
+  const nl = buf.indexOf(10);
   const req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
-  const want = Number(req.stdin);
-  const parts = [buf.subarray(nl + 1)];
-  let have = parts[0].length;
-  const big = Buffer.alloc(1 << 20);
-  while (have < want) {
-    const n = fs.readSync(3, big, 0, Math.min(big.length, want - have), null);
-    if (n === 0) break;
-    parts.push(Buffer.from(big.subarray(0, n)));
-    have += n;
-  }
-  return { req, data: Buffer.concat(parts).subarray(0, want) };
+  return { req, data: buf.subarray(nl + 1, nl + 1 + Number(req.stdin)) };
 }
 
 const { req, data } = readRequest();
-fs.closeSync(3);
 fs.writeFileSync(path.join(dir, 'taken'), '');
 Object.assign(process.env, req.env || {});
 
+// The call's end is the end of its streams: they are let go as soon as the
+// exit code is written, before the process is gone.
 const status = path.join(dir, 'status');
 const report = (code) => { try { fs.writeFileSync(status, String((code ?? 0) & 0xff)); } catch { /* gone */ } };
 process.on('exit', (code) => report(code));
 const reallyExit = process.reallyExit;
-process.reallyExit = function exit(code) { report(code); return reallyExit.call(process, code); };
+process.reallyExit = function exit(code) {
+  report(code);
+  for (const fd of [1, 2]) { try { fs.closeSync(fd); } catch { /* closed */ } }
+  return reallyExit.call(process, code);
+};
 
 const stdin = Readable.from([data]);
 Object.defineProperty(process, 'stdin', { configurable: true, enumerable: true, get: () => stdin });
 process.argv.length = 1;
-const wrapper = path.join(dir, 'wrapper.mjs');
-fs.writeFileSync(wrapper, req.script, { mode: 0o600 });
-await import(pathToFileURL(wrapper).href);
+const ahead = loaded.get(req.script);
+if (ahead) {
+  await ahead.main();
+} else {
+  const wrapper = path.join(dir, 'wrapper.mjs');
+  fs.writeFileSync(wrapper, req.script, { mode: 0o600 });
+  await import(pathToFileURL(wrapper).href);
+}

@@ -41,37 +41,30 @@ scr_spawn() {
   echo $! >"$n/pid"
 }
 
-# scr_alive <pid>: the process exists and is not a zombie (an orphan's
-# zombie lingers until PID 1 reaps it).
-scr_alive() {
-  [ -n "$1" ] || return 1
-  read -r s <"/proc/$1/stat" 2>/dev/null || return 1
-  s=${s##*) }
-  case ${s%% *} in Z | X | x | "") return 1 ;; esac
-}
-
-# scr_waiting <dir>: $pid is the interpreter waiting in <dir>; if there is
-# none (or it is dead), the call ends here, cold.
+# scr_waiting <dir>: $pid is the interpreter waiting in <dir> (it holds fd
+# 3, `in`, until it has a request; a dead one, a zombie too, holds nothing);
+# if there is none, the call ends here, cold.
 scr_waiting() {
   pid=
   read -r pid <"$1/pid" 2>/dev/null
-  scr_alive "$pid" || scr_verdict "$1" cold 0
+  [ -n "$pid" ] && [ -e "/proc/$pid/fd/3" ] || scr_verdict "$1" cold 0
 }
 
-# scr_relay <dir> <seconds>: hands this exec's stdin to the interpreter in
-# <dir> and passes its stdout, stderr and exit code through. The last line
-# of stderr is always the relay's verdict, written after everything the
-# interpreter wrote: `\036SCR-RELAY cold` (it was not there or never took
-# the request: nothing ran, take the cold path), `… timeout` (the deadline
-# passed and its whole process group was killed), or `… exit <code>`.
+# scr_relay <dir> <seconds>: hands the interpreter in <dir> this shell's pid
+# (it reads this exec's stdin itself, through /proc/<this shell>/fd/6) and
+# passes its stdout, stderr and exit code through. The last line of stderr
+# is always the relay's verdict, written after everything the interpreter
+# wrote: `\036SCR-RELAY cold` (it was not there or never took the request:
+# nothing ran, take the cold path), `… timeout` (the deadline passed and its
+# whole process group was killed), or `… exit <code>`.
 scr_relay() {
   d=$1
   scr_waiting "$d"
-  exec 4<"$d/out" 5<"$d/err"
+  exec 4<"$d/out" 5<"$d/err" 6<&0
   cat <&5 >&2 &
   e=$!
-  cat >"$d/in" 2>/dev/null
   exec 5<&-
+  echo $$ >"$d/in"
   timeout "$2" cat <&4
   rc=$?
   exec 4<&-
