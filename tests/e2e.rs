@@ -507,3 +507,80 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
         .unwrap();
     h.finish(0).await;
 }
+
+/// Guest code can kill what waits in its own VM; that only costs it the
+/// speed-up, once. A call whose fork server is killed while it runs still
+/// answers (the child ends the call itself); the next call finds no server
+/// and runs cold (a cold exec's parent is the VM's init, PID 1), starting a
+/// new server; the call after that is forked off it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_fork_server_costs_one_cold_call_and_nothing_else() {
+    let h = Harness::start("").await;
+    let source = "def handler(payload):\n    import glob, os, signal\n    parent = os.getppid()\n    if payload.get('kill'):\n        for f in glob.glob('/tmp/.scr/pre/*/pid'):\n            os.kill(int(open(f).read()), signal.SIGKILL)\n    return parent\n";
+    h.call(
+        "sandbox-code-runner::register_function",
+        json!({"function_id": "pre-kill::parent", "lang": "python", "source": source}),
+    )
+    .await
+    .unwrap();
+    let parent = |v: Value| v.as_i64().expect("a pid");
+    let forked = parent(h.call("pre-kill::parent", json!({})).await.unwrap());
+    assert_ne!(
+        forked, 1,
+        "a call is forked off the server the registration started"
+    );
+    let killer = h
+        .call("pre-kill::parent", json!({"kill": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        parent(killer),
+        forked,
+        "the call that killed its server still answered"
+    );
+    let cold = parent(h.call("pre-kill::parent", json!({})).await.unwrap());
+    assert_eq!(cold, 1, "with no server waiting, the call ran cold");
+    let again = parent(h.call("pre-kill::parent", json!({})).await.unwrap());
+    assert!(
+        again != 1 && again != forked,
+        "the cold call started a new server, which forked this one: {again}"
+    );
+    h.call(TEARDOWN, json!({"namespace": "pre-kill", "lang": "python"}))
+        .await
+        .unwrap();
+    h.finish(0).await;
+}
+
+/// A call that dies of a signal reads the same whether it was forked off a
+/// waiting server (whose wait status says so) or ran cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_killed_by_a_signal_reads_the_same_forked_or_cold() {
+    let source =
+        "def handler(payload):\n    import os, signal\n    os.kill(os.getpid(), signal.SIGSEGV)\n";
+    let mut seen = Vec::new();
+    for config in ["", "prestart: false\n"] {
+        let h = Harness::start(config).await;
+        h.call(
+            "sandbox-code-runner::register_function",
+            json!({"function_id": "pre-sig::dies", "lang": "python", "source": source}),
+        )
+        .await
+        .unwrap();
+        let mut errors = Vec::new();
+        for _ in 0..2 {
+            errors.push(
+                h.call("pre-sig::dies", json!({}))
+                    .await
+                    .expect_err("the call died"),
+            );
+        }
+        assert_eq!(errors[0], errors[1], "{config:?}");
+        assert!(errors[0].message.contains("139"), "{:?}", errors[0]);
+        seen.push(errors.remove(0));
+        h.call(TEARDOWN, json!({"namespace": "pre-sig", "lang": "python"}))
+            .await
+            .unwrap();
+        h.finish(0).await;
+    }
+    assert_eq!(seen[0], seen[1]);
+}

@@ -35,12 +35,14 @@ if (fs.existsSync(SDK_FILE)) {
 }
 
 // What a call would otherwise pay for on first use: the builtins the
-// wrappers and a connecting client load, ICU (the client reads the locale),
-// the ES module loader on a file, stream iteration, the thread pool.
-for (const m of ['crypto', 'module', 'util', 'events', 'http', 'https', 'net', 'zlib', 'os', 'buffer']) {
-  await import(`node:${m}`);
+// wrappers load and, with the SDK, what a connecting client loads and ICU
+// (it reads the locale); the ES module loader on a file, stream iteration,
+// the thread pool.
+for (const m of ['crypto', 'module', 'util']) await import(`node:${m}`);
+if (fs.existsSync(SDK_FILE)) {
+  for (const m of ['http', 'https', 'net', 'zlib', 'os']) await import(`node:${m}`);
+  Intl.DateTimeFormat().resolvedOptions();
 }
-Intl.DateTimeFormat().resolvedOptions();
 for await (const _ of Readable.from([Buffer.alloc(1)])) { /* warm */ }
 await fs.promises.stat(dir);
 

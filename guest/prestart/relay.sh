@@ -19,17 +19,18 @@ SCR_PRE=/tmp/.scr/pre
 # <interpreter argv…>`).
 
 # scr_spawn <dir> <interpreter argv…>: starts one waiting interpreter in <dir>,
-# after killing every other one: it runs only when no call is using one (at
-# a relay's verdict, or before a cold exec), so a VM never holds more than
-# two: the one serving a call (a node interpreter, or python's fork server
-# with the child it forked) and the next. (A python call's child is in its
-# own process group and is not touched.)
+# after killing every other one but the one serving a call ($SCR_KEEP, when
+# a node relay starts the next as it hands its call over), so a VM never
+# holds more than two: the one serving a call (a node interpreter, or
+# python's fork server with the child it forked) and the next. (A python
+# call's child is in its own process group and is not touched.)
 scr_spawn() {
   n=$1
   shift
   for p in "$SCR_PRE"/*/pid; do
     [ -e "$p" ] || continue
     q=${p%/pid}
+    [ "$q" = "${SCR_KEEP:-}" ] && continue
     read -r q_pid <"$p" 2>/dev/null && kill -KILL -"$q_pid" 2>/dev/null
     rm -rf "$q"
   done
@@ -65,6 +66,15 @@ scr_relay() {
   e=$!
   exec 5<&-
   echo $$ >"$d/in"
+  # The call is handed over: the next interpreter warms while it runs.
+  if [ -n "${SCR_NEXT:-}" ]; then
+    (
+      exec </dev/null >/dev/null 2>&1 4<&- 6<&-
+      SCR_KEEP=$d
+      eval "scr_spawn $SCR_NEXT"
+    ) &
+    SCR_NEXT= SCR_USED=$pid
+  fi
   timeout "$2" cat <&4
   rc=$?
   exec 4<&-
@@ -96,8 +106,10 @@ scr_ended() {
 scr_verdict() {
   (
     exec </dev/null >/dev/null 2>&1
+    # The call is over: what is left of the interpreter it used goes, and
+    # (when it was not started at the hand-over) the next one starts.
+    [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED"
     rm -rf $1
-    # The call is over: the interpreter it used is replaced too.
     [ -n "${SCR_NEXT:-}" ] && eval "scr_spawn $SCR_NEXT"
   ) &
   printf '\036SCR-RELAY %s\n' "$2" >&2
