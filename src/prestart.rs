@@ -33,7 +33,27 @@ fn dir(generation: u64) -> String {
     format!("/tmp/.scr/pre/{generation}")
 }
 
-/// The interpreter command `scr_spawn` runs (the harness is `$1` of the
+/// What starts a language's waiting interpreters (relay.sh): python's one
+/// fork server, or node's two interpreters.
+fn spawner(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "scr_spawn",
+        Lang::Node => "scr_fill",
+    }
+}
+
+/// The shell command that starts generation `next` of `lang`, `prefix`
+/// (e.g. an `env -u …`) before the interpreter's argv.
+fn spawn_command(lang: Lang, next: u64, prefix: &str) -> String {
+    format!(
+        "{} {} {prefix}{}",
+        spawner(lang),
+        dir(next),
+        interpreter(lang)
+    )
+}
+
+/// The interpreter command the spawner runs (the harness is `$1` of the
 /// exec's shell, kept as `SCR_HARNESS`).
 fn interpreter(lang: Lang) -> &'static str {
     match lang {
@@ -85,7 +105,7 @@ fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> Exe
 
 /// An exec that only starts a waiting interpreter (generation `next`).
 pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
-    let command = format!("scr_spawn {} {}", dir(next), interpreter(lang));
+    let command = spawn_command(lang, next, "");
     shell(lang, command, Vec::new(), 30_000)
 }
 
@@ -95,9 +115,8 @@ pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
 pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParams {
     let unset: String = p.env.keys().map(|k| format!("-u {k} ")).collect();
     let command = format!(
-        "scr_spawn {} env {unset}{}; shift; exec \"$@\"",
-        dir(next),
-        interpreter(lang)
+        "{}; shift; exec \"$@\"",
+        spawn_command(lang, next, &format!("env {unset}"))
     );
     let mut e = shell(lang, command, p.argv, p.timeout_ms);
     e.stdin = p.stdin;
@@ -127,22 +146,21 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
                 },
                 Some(n) => {
                     let command = format!(
-                        "{RELAY_FORK}\nSCR_NEXT='{} {}'; {relay}",
-                        dir(n),
-                        interpreter(lang)
+                        "{RELAY_FORK}\nSCR_NEXT='{}'; {relay}",
+                        spawn_command(lang, n, "")
                     );
                     shell(lang, command, Vec::new(), timeout_ms)
                 }
             }
         }
         // Node serves one call per interpreter and cannot move its fds 1 and
-        // 2, so the relay copies them from its FIFOs; the next interpreter
-        // starts once this call has its verdict (`scr_verdict` runs
-        // `scr_spawn $SCR_NEXT`).
+        // 2, so the relay copies them from its FIFOs; two wait, and a new
+        // one starts once this call has its verdict (`scr_verdict` runs
+        // `$SCR_NEXT`, a `scr_fill`).
         Lang::Node => {
             let mut command = String::new();
             if let Some(n) = next {
-                command.push_str(&format!("SCR_NEXT='{} {}'; ", dir(n), interpreter(lang)));
+                command.push_str(&format!("SCR_NEXT='{}'; ", spawn_command(lang, n, "")));
             }
             let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
             command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
@@ -338,7 +356,7 @@ mod tests {
             "{command}"
         );
         assert!(
-            command.contains(r#"SCR_NEXT='/tmp/.scr/pre/5 python3 -c "$SCR_HARNESS"'"#),
+            command.contains(r#"SCR_NEXT='scr_spawn /tmp/.scr/pre/5 python3 -c "$SCR_HARNESS"'"#),
             "{command}"
         );
         assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");
@@ -363,7 +381,7 @@ mod tests {
         };
         let e = cold_then_spawn(Lang::Node, 9, p);
         assert!(e.argv[2]
-            .contains("scr_spawn /tmp/.scr/pre/9 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
+            .contains("scr_fill /tmp/.scr/pre/9 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
         assert_eq!(&e.argv[5..], ["node", "-e", "W"]);
         assert_eq!(e.env.len(), 2, "the cold call keeps its own env");
     }

@@ -64,7 +64,7 @@ fn seen(p: &ExecParams) -> Seen {
     }
     let command = p.argv[2].lines().last().unwrap_or_default();
     let spawn = generation_after(command, "scr_spawn /tmp/.scr/pre/")
-        .or_else(|| generation_after(command, "SCR_NEXT='/tmp/.scr/pre/"));
+        .or_else(|| generation_after(command, "scr_fill /tmp/.scr/pre/"));
     let relay = generation_after(command, "scr_relay /tmp/.scr/pre/")
         .or_else(|| generation_after(command, "scr_relay_fork /tmp/.scr/pre/"));
     match relay {

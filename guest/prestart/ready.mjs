@@ -5,8 +5,8 @@
 // It imports the iii SDK bundle (when it is planted) and what a call's first
 // use would otherwise load on the call's path, loads each wrapper's
 // definitions (everything but its last line, `await main();`), connects
-// nothing, then waits for one relay pid on fd 3 and reads that relay's stdin
-// (through /proc/<pid>/fd/6):
+// nothing, writes <dir>/ready, then waits for one relay pid on fd 3 and
+// reads that relay's stdin (through /proc/<pid>/fd/6):
 //   {"script": <a wrapper, as for node --input-type=module -e>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
 // and runs the script as that command would in a fresh process: its stdin
 // is those bytes, its env the VM's plus the request's, process.argv [node].
@@ -59,6 +59,8 @@ for (const [i, text] of (typeof WRAPPERS === 'undefined' ? [] : WRAPPERS).entrie
   } catch { /* that wrapper runs from its text */ }
 }
 
+fs.writeFileSync(path.join(dir, 'ready'), '');
+
 // One relay's pid on fd 3, then its request on its fd 6: a header line, then
 // exactly `stdin` bytes.
 function readRequest() {
@@ -82,14 +84,29 @@ fs.writeFileSync(path.join(dir, 'taken'), '');
 Object.assign(process.env, req.env || {});
 
 // The call's end is the end of its streams: they are let go as soon as the
-// exit code is written, before the process is gone.
+// exit code is written (after every 'exit' listener ran, on either way out:
+// process.exit() or an empty event loop), before the process is gone.
+// An uncaught error's report is printed after 'exit': then the streams stay.
 const status = path.join(dir, 'status');
-const report = (code) => { try { fs.writeFileSync(status, String((code ?? 0) & 0xff)); } catch { /* gone */ } };
-process.on('exit', (code) => report(code));
+let ended = false;
+let fatal = false;
+process.on('uncaughtExceptionMonitor', () => { fatal = true; });
+const end = (code) => {
+  if (ended) return;
+  ended = true;
+  try { fs.writeFileSync(status, String((code ?? 0) & 0xff)); } catch { /* gone */ }
+  if (fatal) return;
+  for (const fd of [1, 2]) { try { fs.closeSync(fd); } catch { /* closed */ } }
+};
+const emit = process.emit;
+process.emit = function emitting(event, ...args) {
+  const r = emit.call(this, event, ...args);
+  if (event === 'exit') end(process.exitCode ?? args[0]);
+  return r;
+};
 const reallyExit = process.reallyExit;
 process.reallyExit = function exit(code) {
-  report(code);
-  for (const fd of [1, 2]) { try { fs.closeSync(fd); } catch { /* closed */ } }
+  end(code);
   return reallyExit.call(process, code);
 };
 

@@ -15,25 +15,63 @@
 SCR_PRE=/tmp/.scr/pre
 
 # The worker's command sets SCR_HARNESS (the interpreter's harness script)
-# and, for a relay whose interpreter is to be replaced, SCR_NEXT (`<dir>
-# <interpreter argv…>`).
+# and, for a relay whose interpreter is to be replaced, SCR_NEXT (`scr_spawn
+# <dir> <interpreter argv…>` or `scr_fill …`).
 
-# scr_spawn <dir> <interpreter argv…>: starts one waiting interpreter in <dir>,
-# after killing every other one but the one serving a call ($SCR_KEEP, when
-# a node relay starts the next as it hands its call over), so a VM never
-# holds more than two: the one serving a call (a node interpreter, or
-# python's fork server with the child it forked) and the next. (A python
-# call's child is in its own process group and is not touched.)
+# scr_spawn <dir> <interpreter argv…>: python's fork server: starts one in
+# <dir>, after killing every other one (it runs only when no call is using
+# one: at a relay's verdict, or before a cold exec), so a VM holds the
+# server and one child (waiting, or serving a call) and nothing else. (A
+# python call's child is in its own process group and is not touched.)
 scr_spawn() {
   n=$1
   shift
   for p in "$SCR_PRE"/*/pid; do
     [ -e "$p" ] || continue
     q=${p%/pid}
-    [ "$q" = "${SCR_KEEP:-}" ] && continue
     read -r q_pid <"$p" 2>/dev/null && kill -KILL -"$q_pid" 2>/dev/null
     rm -rf "$q"
   done
+  scr_start "$n" "$@"
+}
+
+# scr_fill <base> <interpreter argv…>: node's: a node interpreter serves one
+# call, and starting one takes longer than a call, so two wait: a call
+# takes one, and the next call, even straight after it, finds the other
+# ready while a new one warms (started here, at the verdict: never more
+# than two exist). Keeps two live ones, removes the rest, and starts <base>.0
+# and <base>.1 as needed. A directory without a pid is one still starting.
+# (Ones started before the SDK was planted serve a call each, as a cold
+# start would: the wrapper loads the SDK itself.)
+scr_fill() {
+  n=$1
+  shift
+  live=0
+  for q in "$SCR_PRE"/*; do
+    [ -d "$q" ] || continue
+    p=
+    read -r p <"$q/pid" 2>/dev/null || { [ -e "$q/pid" ] || { live=$((live + 1)); continue; }; }
+    if [ "$live" -lt 2 ] && [ -n "$p" ] && [ -e "/proc/$p/fd/3" ]; then
+      live=$((live + 1))
+      continue
+    fi
+    [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
+    rm -rf "$q"
+  done
+  k=0
+  while [ "$live" -lt 2 ]; do
+    scr_start "$n.$k" "$@"
+    live=$((live + 1))
+    k=$((k + 1))
+  done
+}
+
+# scr_start <dir> <interpreter argv…>: one waiting interpreter in <dir>, in
+# its own session, holding <dir>'s FIFOs read-write (so opening them never
+# blocks while it lives).
+scr_start() {
+  n=$1
+  shift
   mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/out" "$n/err" "$n/life" 2>/dev/null || return 0
   # Nothing of the exec that starts it: an fd it kept open (a relay's
   # 5-8 hold this exec's streams) would keep the exec from ending.
@@ -42,39 +80,48 @@ scr_spawn() {
   echo $! >"$n/pid"
 }
 
-# scr_waiting <dir>: $pid is the interpreter waiting in <dir> (it holds fd
-# 3, `in`, until it has a request; a dead one, a zombie too, holds nothing);
-# if there is none, the call ends here, cold.
-scr_waiting() {
+# scr_pick <generation dir>: $d and $pid are the node interpreter to use: one
+# that finished warming (it wrote <dir>/ready; the worker's latest generation
+# first), else one still warming; a live one holds fd 3, `in`, until it has a
+# request (a dead one, a zombie too, holds nothing). If there is none, the
+# call ends here, cold.
+scr_pick() {
+  d=
   pid=
-  read -r pid <"$1/pid" 2>/dev/null
-  [ -n "$pid" ] && [ -e "/proc/$pid/fd/3" ] || scr_verdict "$1" cold 0
+  w=
+  wp=
+  for q in "$1".* "$SCR_PRE"/*; do
+    p=
+    read -r p <"$q/pid" 2>/dev/null || continue
+    [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || continue
+    if [ -e "$q/ready" ]; then
+      d=$q
+      pid=$p
+      return 0
+    fi
+    [ -z "$w" ] && w=$q && wp=$p
+  done
+  [ -n "$w" ] || scr_verdict "" cold 0
+  d=$w
+  pid=$wp
 }
 
-# scr_relay <dir> <seconds>: hands the interpreter in <dir> this shell's pid
+# scr_relay <generation dir> <seconds>: hands a waiting node interpreter
+# (scr_pick) this shell's pid
 # (it reads this exec's stdin itself, through /proc/<this shell>/fd/6) and
 # passes its stdout, stderr and exit code through. The last line of stderr
 # is always the relay's verdict, written after everything the interpreter
-# wrote: `\036SCR-RELAY cold` (it was not there or never took the request:
+# wrote: `\036SCR-RELAY cold` (none was there or it never took the request:
 # nothing ran, take the cold path), `… timeout` (the deadline passed and its
 # whole process group was killed), or `… exit <code>`.
 scr_relay() {
-  d=$1
-  scr_waiting "$d"
+  scr_pick "$1"
+  SCR_USED=$pid
   exec 4<"$d/out" 5<"$d/err" 6<&0
   cat <&5 >&2 &
   e=$!
   exec 5<&-
   echo $$ >"$d/in"
-  # The call is handed over: the next interpreter warms while it runs.
-  if [ -n "${SCR_NEXT:-}" ]; then
-    (
-      exec </dev/null >/dev/null 2>&1 4<&- 6<&-
-      SCR_KEEP=$d
-      eval "scr_spawn $SCR_NEXT"
-    ) &
-    SCR_NEXT= SCR_USED=$pid
-  fi
   timeout "$2" cat <&4
   rc=$?
   exec 4<&-
@@ -107,10 +154,10 @@ scr_verdict() {
   (
     exec </dev/null >/dev/null 2>&1
     # The call is over: what is left of the interpreter it used goes, and
-    # (when it was not started at the hand-over) the next one starts.
+    # the next one starts.
     [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED"
     rm -rf $1
-    [ -n "${SCR_NEXT:-}" ] && eval "scr_spawn $SCR_NEXT"
+    [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
   ) &
   printf '\036SCR-RELAY %s\n' "$2" >&2
   exit "$3"

@@ -37,7 +37,7 @@ scr_told() {
   if [ -n "${SCR_NEXT:-}" ]; then
     (
       exec </dev/null >/dev/null 2>&1 6>&- 7>&- 8>&-
-      eval "scr_spawn $SCR_NEXT"
+      eval "$SCR_NEXT"
     ) &
   fi
   printf '\036SCR-RELAY %s\n' "$1" >&2
