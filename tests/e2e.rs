@@ -584,3 +584,87 @@ async fn a_call_killed_by_a_signal_reads_the_same_forked_or_cold() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+/// Node cannot fork, and starting an interpreter takes longer than a call,
+/// so two wait in a node runtime: calls straight after each other each find
+/// one ready, and a new one starts as each call ends. Never more than two
+/// exist in the VM: after a burst of calls, exactly two wait there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_runtime_keeps_two_interpreters_waiting_and_never_more() {
+    let h = Harness::start("").await;
+    let marker = format!("/tmp/.scr-e2e-{}", uuid::Uuid::new_v4().simple());
+    let source = format!(
+        "import fs from 'node:fs';\nexport function handler() {{ fs.writeFileSync('{marker}', ''); return process.pid; }}\n"
+    );
+    h.call(
+        "sandbox-code-runner::register_function",
+        json!({"function_id": "pre-two::pid", "lang": "node", "source": source}),
+    )
+    .await
+    .unwrap();
+    // Node interpreters on this host (not the shells and `setsid`s that
+    // start them), by VM (the double's mount namespace): the most in one VM,
+    // and how many wait in the VM that ran the calls (whose /tmp has the marker).
+    let ours = {
+        let marker = marker.clone();
+        move || {
+            let mut by_vm: std::collections::HashMap<String, (usize, bool)> = Default::default();
+            for pid in pids_with("pre-started node interpreter") {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+                let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
+                    continue;
+                };
+                if exe.file_name().is_some_and(|n| n == "node") {
+                    let vm = by_vm.entry(ns.to_string_lossy().into_owned()).or_default();
+                    vm.0 += 1;
+                    vm.1 |= std::path::Path::new(&format!("/proc/{pid}/root{marker}")).exists();
+                }
+            }
+            let most = by_vm.values().map(|v| v.0).max().unwrap_or(0);
+            let here = by_vm
+                .values()
+                .filter(|v| v.1)
+                .map(|v| v.0)
+                .max()
+                .unwrap_or(0);
+            (most, here)
+        }
+    };
+    let first = h.call("pre-two::pid", json!({})).await.unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (done, ours) = (done.clone(), ours.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(ours().0);
+            }
+            most
+        })
+    };
+    let mut pids = std::collections::BTreeSet::from([first.as_i64()]);
+    for _ in 0..6 {
+        let pid = h.call("pre-two::pid", json!({})).await.unwrap();
+        assert!(
+            pids.insert(pid.as_i64()),
+            "each call is a fresh process: {pid}"
+        );
+    }
+    let settled = wait_for(Duration::from_secs(20), || {
+        let ours = ours.clone();
+        async move { ours().1 == 2 }
+    })
+    .await;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.await.unwrap();
+    assert!(
+        settled,
+        "two interpreters wait in the runtime: {:?}",
+        ours()
+    );
+    assert!(most <= 2, "{most} node interpreters at once in one VM");
+    h.call(TEARDOWN, json!({"namespace": "pre-two", "lang": "node"}))
+        .await
+        .unwrap();
+    h.finish(0).await;
+}
