@@ -58,7 +58,9 @@ fn spawn_command(lang: Lang, next: u64, prefix: &str) -> String {
 fn interpreter(lang: Lang) -> &'static str {
     match lang {
         Lang::Python => r#"python3 -c "$SCR_HARNESS""#,
-        Lang::Node => r#"node --input-type=module -e "$SCR_HARNESS""#,
+        // From the file the spawner writes from SCR_HARNESS (relay.sh): a
+        // node relay, which starts the next one, need not carry it.
+        Lang::Node => "node /tmp/.scr/pre/ready.mjs",
     }
 }
 
@@ -86,12 +88,18 @@ fn harness(lang: Lang) -> &'static str {
 
 /// `sh -c <relay.sh + command> sh <harness> <rest…>`.
 fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
+    shell_with(harness(lang), command, rest, timeout_ms)
+}
+
+/// `sh -c <relay.sh + command> sh <harness> <rest…>`, the harness given
+/// (empty for a node relay: its spawner starts the next from the file).
+fn shell_with(harness: &str, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
     let mut argv = vec![
         "sh".to_string(),
         "-c".to_string(),
         format!("{RELAY}\nSCR_HARNESS=$1\n{command}\n"),
         "sh".to_string(),
-        harness(lang).to_string(),
+        harness.to_string(),
     ];
     argv.extend(rest);
     ExecParams {
@@ -164,7 +172,7 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
             }
             let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
             command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
-            shell(lang, command, Vec::new(), timeout_ms)
+            shell_with("", command, Vec::new(), timeout_ms)
         }
     };
     e.stdin = Some(request(p));

@@ -609,7 +609,7 @@ async fn a_node_runtime_keeps_two_interpreters_waiting_and_never_more() {
         let marker = marker.clone();
         move || {
             let mut by_vm: std::collections::HashMap<String, (usize, bool)> = Default::default();
-            for pid in pids_with("pre-started node interpreter") {
+            for pid in pids_with("/tmp/.scr/pre/ready.mjs") {
                 let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
                 let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
                     continue;

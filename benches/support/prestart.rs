@@ -179,7 +179,7 @@ fn run_code(lang: Lang) -> &'static str {
 fn waiting_interpreter_mib(lang: Lang) -> Option<(f64, f64)> {
     let marker = match lang {
         Lang::Python => "pre-started python interpreter",
-        Lang::Node => "pre-started node interpreter",
+        Lang::Node => "/tmp/.scr/pre/ready.mjs",
     };
     let mut best: Option<(f64, f64)> = None;
     for pid in code_runner_conformance::standin::host::pids_with(marker) {

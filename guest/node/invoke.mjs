@@ -55,9 +55,9 @@ function clip(s) {
 }
 
 // Stack frames of this wrapper (an eval'd module, or the copy a pre-started
-// interpreter loaded ahead) are noise to the caller.
+// interpreter loaded ahead, and that interpreter's) are noise to the caller.
 function userStack(stack) {
-  return stack.split('\n').filter((l) => !/^\s+at .*(\[eval\d*\]|\/\.scr\/pre\/\d+\/wrapper-)/.test(l)).join('\n');
+  return stack.split('\n').filter((l) => !/^\s+at .*(\[eval\d*\]|\/\.scr\/pre\/)/.test(l)).join('\n');
 }
 
 function errorBody(type, e) {

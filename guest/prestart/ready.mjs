@@ -1,5 +1,5 @@
 // sandbox-code-runner: a pre-started node interpreter (see relay.sh).
-// argv: node --input-type=module -e <this file> <dir>   (cwd /tmp; fds 3/1/2
+// argv: node /tmp/.scr/pre/ready.mjs <dir>   (this file; cwd /tmp; fds 3/1/2
 // are <dir>'s in/out/err FIFOs, opened read-write by the spawner; stdin is
 // /dev/null). The worker prepends `const WRAPPERS = [<wrapper source>, ...]`.
 // It imports the iii SDK bundle (when it is planted) and what a call's first
@@ -17,7 +17,7 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 
-const dir = process.argv[1];
+const dir = process.argv[process.argv.length - 1];
 const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
 const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
 if (fs.existsSync(SDK_FILE)) {

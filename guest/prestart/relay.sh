@@ -58,6 +58,12 @@ scr_fill() {
     [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
     rm -rf "$q"
   done
+  # Node starts from this file (a relay does not carry the harness): the
+  # exec that does writes it, whole or not at all.
+  if [ -n "${SCR_HARNESS:-}" ]; then
+    mkdir -p "$SCR_PRE" && printf '%s' "$SCR_HARNESS" >"$SCR_PRE/ready.mjs.$$" &&
+      mv -f "$SCR_PRE/ready.mjs.$$" "$SCR_PRE/ready.mjs"
+  fi
   k=0
   while [ "$live" -lt 2 ]; do
     scr_start "$n.$k" "$@"
