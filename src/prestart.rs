@@ -15,8 +15,8 @@ use std::sync::{Mutex, OnceLock};
 use crate::ids::Lang;
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
-const RELAY: &str = include_str!("../guest/prestart/relay.sh");
-const RELAY_FORK: &str = include_str!("../guest/prestart/relay_fork.sh");
+const RELAY_SH: &str = include_str!("../guest/prestart/relay.sh");
+const RELAY_FORK_SH: &str = include_str!("../guest/prestart/relay_fork.sh");
 const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
 const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 
@@ -27,6 +27,26 @@ const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 const RELAY_GRACE_MS: u64 = 2_000;
 /// The verdict line a relay writes last on stderr.
 const VERDICT: &str = "\u{1e}SCR-RELAY ";
+
+/// A shell script as it travels in every relay's argv: without its comment
+/// lines (they are most of it), which the shell would only skip.
+fn bare(script: &str) -> String {
+    script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn relay() -> &'static str {
+    static BARE: OnceLock<String> = OnceLock::new();
+    BARE.get_or_init(|| bare(RELAY_SH))
+}
+
+fn relay_fork() -> &'static str {
+    static BARE: OnceLock<String> = OnceLock::new();
+    BARE.get_or_init(|| bare(RELAY_FORK_SH))
+}
 
 /// A waiting interpreter's directory in the VM, by generation.
 fn dir(generation: u64) -> String {
@@ -97,7 +117,7 @@ fn shell_with(harness: &str, command: String, rest: Vec<String>, timeout_ms: u64
     let mut argv = vec![
         "sh".to_string(),
         "-c".to_string(),
-        format!("{RELAY}\nSCR_HARNESS=$1\n{command}\n"),
+        format!("{}\nSCR_HARNESS=$1\n{command}\n", relay()),
         "sh".to_string(),
         harness.to_string(),
     ];
@@ -146,7 +166,11 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
             let relay = format!("scr_relay_fork {} {}", dir(using), p.timeout_ms);
             match next {
                 None => ExecParams {
-                    argv: vec!["sh".into(), "-c".into(), format!("{RELAY_FORK}\n{relay}\n")],
+                    argv: vec![
+                        "sh".into(),
+                        "-c".into(),
+                        format!("{}\n{relay}\n", relay_fork()),
+                    ],
                     stdin: None,
                     env: BTreeMap::new(),
                     timeout_ms,
@@ -154,7 +178,8 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
                 },
                 Some(n) => {
                     let command = format!(
-                        "{RELAY_FORK}\nSCR_NEXT='{}'; {relay}",
+                        "{}\nSCR_NEXT='{}'; {relay}",
+                        relay_fork(),
                         spawn_command(lang, n, "")
                     );
                     shell(lang, command, Vec::new(), timeout_ms)
@@ -337,6 +362,26 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_relay_scripts_travel_without_comments_and_still_parse() {
+        for (full, bare) in [(RELAY_SH, relay()), (RELAY_FORK_SH, relay_fork())] {
+            assert!(bare.len() * 2 < full.len(), "most of it was comments");
+            assert!(!bare.lines().any(|l| l.trim_start().starts_with('#')));
+            let defined = |s: &str| -> Vec<String> {
+                s.lines()
+                    .filter_map(|l| l.strip_suffix("() {"))
+                    .map(str::to_string)
+                    .collect()
+            };
+            assert_eq!(defined(full), defined(bare));
+            let parsed = std::process::Command::new("sh")
+                .args(["-n", "-c", bare])
+                .status()
+                .expect("sh runs");
+            assert!(parsed.success(), "{bare}");
+        }
     }
 
     #[test]
