@@ -124,13 +124,16 @@ scr_relay() {
   scr_pick "$1"
   SCR_USED=$pid
   exec 4<"$d/out" 5<"$d/err" 6<&0
+  # Both copiers start before the hand-over, so neither is still starting
+  # when the call's output comes.
   cat <&5 >&2 &
   e=$!
-  exec 5<&-
+  timeout "$2" cat <&4 &
+  o=$!
+  exec 4<&- 5<&-
   echo $$ >"$d/in"
-  timeout "$2" cat <&4
+  wait "$o"
   rc=$?
-  exec 4<&-
   if [ "$rc" = 124 ]; then
     kill -KILL -"$pid" 2>/dev/null
     wait "$e"
