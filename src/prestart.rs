@@ -364,6 +364,22 @@ mod tests {
         ));
     }
 
+    /// A waiting interpreter loads each wrapper's definitions ahead by
+    /// cutting its last line; a wrapper that ended otherwise would run whole
+    /// on every call (correct, only slow), so they all end with it.
+    #[test]
+    fn every_wrapper_ends_with_the_call_a_waiting_interpreter_cuts() {
+        use crate::guest::{NODE_INVOKE, NODE_RUN, PYTHON_INVOKE, PYTHON_RUN};
+        for w in [PYTHON_RUN, PYTHON_INVOKE] {
+            assert_eq!(w.trim_end().lines().last(), Some("_main()"));
+        }
+        for w in [NODE_RUN, NODE_INVOKE] {
+            assert_eq!(w.trim_end().lines().last(), Some("await main();"));
+        }
+        assert!(harness(Lang::Python).starts_with("_WRAPPERS = [\""));
+        assert!(harness(Lang::Node).starts_with("const WRAPPERS = [\""));
+    }
+
     #[test]
     fn the_relay_scripts_travel_without_comments_and_still_parse() {
         for (full, bare) in [(RELAY_SH, relay()), (RELAY_FORK_SH, relay_fork())] {
