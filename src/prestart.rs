@@ -114,14 +114,16 @@ fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> Exe
 /// `sh -c <relay.sh + command> sh <harness> <rest…>`, the harness given
 /// (empty for a node relay: its spawner starts the next from the file).
 fn shell_with(harness: &str, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
-    let mut argv = vec![
-        "sh".to_string(),
-        "-c".to_string(),
-        format!("{}\nSCR_HARNESS=$1\n{command}\n", relay()),
-        "sh".to_string(),
-        harness.to_string(),
-    ];
-    argv.extend(rest);
+    let script = format!("{}\nSCR_HARNESS=$1\n{command}\n", relay());
+    let mut args = vec!["sh".to_string(), harness.to_string()];
+    args.extend(rest);
+    sh(script, args, timeout_ms)
+}
+
+/// `sh -c <script> <args…>` in the workdir, with no stdin or env of its own.
+fn sh(script: String, args: Vec<String>, timeout_ms: u64) -> ExecParams {
+    let mut argv = vec!["sh".to_string(), "-c".to_string(), script];
+    argv.extend(args);
     ExecParams {
         argv,
         stdin: None,
@@ -165,17 +167,11 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
         Lang::Python => {
             let relay = format!("scr_relay_fork {} {}", dir(using), p.timeout_ms);
             match next {
-                None => ExecParams {
-                    argv: vec![
-                        "sh".into(),
-                        "-c".into(),
-                        format!("{}\n{relay}\n", relay_fork()),
-                    ],
-                    stdin: None,
-                    env: BTreeMap::new(),
+                None => sh(
+                    format!("{}\n{relay}\n", relay_fork()),
+                    Vec::new(),
                     timeout_ms,
-                    workdir: Some(crate::guest::WORKDIR.into()),
-                },
+                ),
                 Some(n) => {
                     let command = format!(
                         "{}\nSCR_NEXT='{}'; {relay}",

@@ -445,7 +445,7 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
     let h = Harness::start("").await;
     let source = "def handler(payload):\n    return len(iii.trigger({'function_id': 'engine::functions::list', 'payload': {}})) > 0\n";
     h.call(
-        "sandbox-code-runner::register_function",
+        REGISTER,
         json!({"function_id": "pre-e2e::uses", "lang": "python", "source": source}),
     )
     .await
@@ -518,7 +518,7 @@ async fn a_killed_fork_server_costs_one_cold_call_and_nothing_else() {
     let h = Harness::start("").await;
     let source = "def handler(payload):\n    import glob, os, signal\n    parent = os.getppid()\n    if payload.get('kill'):\n        for f in glob.glob('/tmp/.scr/pre/*/pid'):\n            os.kill(int(open(f).read()), signal.SIGKILL)\n    return parent\n";
     h.call(
-        "sandbox-code-runner::register_function",
+        REGISTER,
         json!({"function_id": "pre-kill::parent", "lang": "python", "source": source}),
     )
     .await
@@ -561,7 +561,7 @@ async fn a_call_killed_by_a_signal_reads_the_same_forked_or_cold() {
     for config in ["", "prestart: false\n"] {
         let h = Harness::start(config).await;
         h.call(
-            "sandbox-code-runner::register_function",
+            REGISTER,
             json!({"function_id": "pre-sig::dies", "lang": "python", "source": source}),
         )
         .await
@@ -597,7 +597,7 @@ async fn a_node_runtime_keeps_two_interpreters_waiting_and_never_more() {
         "import fs from 'node:fs';\nexport function handler() {{ fs.writeFileSync('{marker}', ''); return process.pid; }}\n"
     );
     h.call(
-        "sandbox-code-runner::register_function",
+        REGISTER,
         json!({"function_id": "pre-two::pid", "lang": "node", "source": source}),
     )
     .await

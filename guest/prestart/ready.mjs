@@ -20,7 +20,8 @@ import { pathToFileURL } from 'node:url';
 const dir = process.argv[process.argv.length - 1];
 const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
 const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
-if (fs.existsSync(SDK_FILE)) {
+const hasSdk = fs.existsSync(SDK_FILE);
+if (hasSdk) {
   // The bundle reads ../package.json; the wrapper writes the same one.
   const pj = `${SDK_DIR}/package.json`;
   try {
@@ -39,7 +40,7 @@ if (fs.existsSync(SDK_FILE)) {
 // (it reads the locale); the ES module loader on a file, stream iteration,
 // the thread pool.
 for (const m of ['crypto', 'module', 'util']) await import(`node:${m}`);
-if (fs.existsSync(SDK_FILE)) {
+if (hasSdk) {
   for (const m of ['http', 'https', 'net', 'zlib', 'os']) await import(`node:${m}`);
   Intl.DateTimeFormat().resolvedOptions();
 }

@@ -4,13 +4,15 @@
 # A pre-started interpreter waits in its own session (setsid), with its
 # generation directory /tmp/.scr/pre/<n>/ holding four FIFOs it keeps open
 # read-write (so opening them never blocks while it lives): `in` (fd 3, the
-# request), `out` (fd 1), `err` (fd 2) and `life` (fd 4, never written: its
-# end is the end of the call); plus `pid`. It has loaded its wrapper harness
-# and the iii SDK module, connected nothing, and holds no token. A call
-# hands it one request: a JSON header line and the exec's stdin bytes (node,
-# scr_relay here), or the relay's pid and budget (python's fork server,
-# relay_fork.sh). A node interpreter writes `taken` once it has read the
-# request and `status` (its exit code) when it exits.
+# relay's pid), `out` (fd 1), `err` (fd 2) and `life` (fd 4, never written:
+# its end is the end of the call); plus `pid`. It has loaded its wrapper
+# harness and the iii SDK module, connected nothing, and holds no token. A
+# call hands it the relay's pid (node, scr_relay here), or the relay's pid
+# and budget (python's fork server, relay_fork.sh); the interpreter reads
+# the request (a JSON header line and the exec's stdin bytes) from the
+# relay's /proc/<pid>/fd/6. A node interpreter writes `ready` once warm,
+# `taken` once it has read the request and `status` (its exit code) when it
+# is done.
 
 SCR_PRE=/tmp/.scr/pre
 
@@ -113,9 +115,8 @@ scr_pick() {
 }
 
 # scr_relay <generation dir> <seconds>: hands a waiting node interpreter
-# (scr_pick) this shell's pid
-# (it reads this exec's stdin itself, through /proc/<this shell>/fd/6) and
-# passes its stdout, stderr and exit code through. The last line of stderr
+# (scr_pick) this shell's pid (it reads this exec's stdin itself, through
+# /proc/<this shell>/fd/6) and passes its stdout, stderr and exit code through. The last line of stderr
 # is always the relay's verdict, written after everything the interpreter
 # wrote: `\036SCR-RELAY cold` (none was there or it never took the request:
 # nothing ran, take the cold path), `… timeout` (the deadline passed and its
