@@ -182,12 +182,14 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
                 }
             }
         }
-        // Node serves one call per interpreter and cannot move its fds 1 and
-        // 2, so the relay copies them from its FIFOs; two wait, and a new
-        // one starts once this call has its verdict (`scr_verdict` runs
-        // `$SCR_NEXT`, a `scr_fill`).
+        // Node serves one call per interpreter: it takes the exec's streams
+        // itself, as a fork server's child does, and the relay's watchdog
+        // enforces the budget. Two wait; the relay picks a warm one, and a
+        // new one starts once this call has its verdict (`scr_told` runs
+        // `$SCR_NEXT`, a `scr_fill`). The relay carries the spawner's
+        // functions but no harness: a spawner starts node from the file.
         Lang::Node => {
-            let mut command = String::new();
+            let mut command = format!("{}\n", relay_fork());
             if let Some(n) = next {
                 command.push_str(&format!("SCR_NEXT='{}'; ", spawn_command(lang, n, "")));
             }

@@ -1,23 +1,34 @@
 // sandbox-code-runner: a pre-started node interpreter (see relay.sh).
-// argv: node /tmp/.scr/pre/ready.mjs <dir>   (this file; cwd /tmp; fds 3/1/2
-// are <dir>'s in/out/err FIFOs, opened read-write by the spawner; stdin is
-// /dev/null). The worker prepends `const WRAPPERS = [<wrapper source>, ...]`.
+// argv: node /tmp/.scr/pre/ready.mjs <dir>   (this file; cwd /tmp; fds 3 and
+// 4 are <dir>'s `in` and `life` FIFOs, opened read-write by the spawner;
+// stdin, stdout and stderr are /dev/null). The worker prepends
+// `const WRAPPERS = [<wrapper source>, ...]`.
 // It imports the iii SDK bundle (when it is planted) and what a call's first
 // use would otherwise load on the call's path, loads each wrapper's
 // definitions (everything but its last line, `await main();`), connects
-// nothing, writes <dir>/ready, then waits for one relay pid on fd 3 and
-// reads that relay's stdin (through /proc/<pid>/fd/6):
+// nothing, writes <dir>/ready, then waits on fd 3 for one relay's pid
+// (relay.sh's scr_relay), and reads that relay's stdin (through
+// /proc/<pid>/fd/6):
 //   {"script": <a wrapper, as for node --input-type=module -e>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
-// and runs the script as that command would in a fresh process: its stdin
-// is those bytes, its env the VM's plus the request's, process.argv [node].
-// It writes <dir>/taken once it has the request, and its exit code to
-// <dir>/status, read by the relay.
+// It takes the exec's stdout and stderr as its own fds 1 and 2 (reopened
+// through /proc/<pid>/fd/7 and 8: nothing is copied), writes "137" to
+// <dir>/status.<pid> (from here on the call counts as run), and runs the
+// script as that command would in a fresh process: its stdin is those
+// bytes, its env the VM's plus the request's, process.argv [node]. Its exit
+// code replaces the "137" before `life` is let go. (The relay enforces the
+// budget.)
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 
 const dir = process.argv[process.argv.length - 1];
+
+// `life` again, close-on-exec: what a call starts must not hold the call
+// open (the relay waits for `life` to end).
+fs.closeSync(4);
+const life = fs.openSync(path.join(dir, 'life'), fs.constants.O_RDWR);
+
 const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
 const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
 const hasSdk = fs.existsSync(SDK_FILE);
@@ -62,8 +73,8 @@ for (const [i, text] of (typeof WRAPPERS === 'undefined' ? [] : WRAPPERS).entrie
 
 fs.writeFileSync(path.join(dir, 'ready'), '');
 
-// One relay's pid on fd 3, then its request on its fd 6: a header line, then
-// exactly `stdin` bytes.
+// One relay's pid on fd 3, then its request on its fd 6: a header line,
+// then exactly `stdin` bytes.
 function readRequest() {
   const line = Buffer.alloc(64);
   let n = 0;
@@ -77,18 +88,30 @@ function readRequest() {
   const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
   const nl = buf.indexOf(10);
   const req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
-  return { req, data: buf.subarray(nl + 1, nl + 1 + Number(req.stdin)) };
+  return { relay, req, data: buf.subarray(nl + 1, nl + 1 + Number(req.stdin)) };
 }
 
-const { req, data } = readRequest();
-fs.writeFileSync(path.join(dir, 'taken'), '');
+// The exec's streams, as fds 1 and 2: an fd closed is the lowest free one,
+// the next one opened. A failure here leaves no status: nothing ran, and the
+// call runs cold.
+function takeStreams(relay) {
+  for (const [fd, held] of [[1, 7], [2, 8]]) {
+    fs.closeSync(fd);
+    if (fs.openSync(`/proc/${relay}/fd/${held}`, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
+  }
+}
+
+const { relay, req, data } = readRequest();
+takeStreams(relay);
+const status = path.join(dir, `status.${relay}`);
+fs.writeFileSync(status, '137');
 Object.assign(process.env, req.env || {});
 
-// The call's end is the end of its streams: they are let go as soon as the
-// exit code is written (after every 'exit' listener ran, on either way out:
-// process.exit() or an empty event loop), before the process is gone.
-// An uncaught error's report is printed after 'exit': then the streams stay.
-const status = path.join(dir, 'status');
+// The call's end is the end of `life`: it is let go, with the streams, as
+// soon as the exit code is written (after every 'exit' listener ran, on
+// either way out: process.exit() or an empty event loop), before the
+// process is gone. An uncaught error's report is printed after 'exit': then
+// all stay until the process is gone.
 let ended = false;
 let fatal = false;
 process.on('uncaughtExceptionMonitor', () => { fatal = true; });
@@ -97,7 +120,7 @@ const end = (code) => {
   ended = true;
   try { fs.writeFileSync(status, String((code ?? 0) & 0xff)); } catch { /* gone */ }
   if (fatal) return;
-  for (const fd of [1, 2]) { try { fs.closeSync(fd); } catch { /* closed */ } }
+  for (const fd of [1, 2, life]) { try { fs.closeSync(fd); } catch { /* closed */ } }
 };
 const emit = process.emit;
 process.emit = function emitting(event, ...args) {

@@ -2,17 +2,17 @@
 # every exec that starts or uses one (`sh -c <this file + one command>`).
 #
 # A pre-started interpreter waits in its own session (setsid), with its
-# generation directory /tmp/.scr/pre/<n>/ holding four FIFOs it keeps open
-# read-write (so opening them never blocks while it lives): `in` (fd 3, the
-# relay's pid), `out` (fd 1), `err` (fd 2) and `life` (fd 4, never written:
-# its end is the end of the call); plus `pid`. It has loaded its wrapper
-# harness and the iii SDK module, connected nothing, and holds no token. A
-# call hands it the relay's pid (node, scr_relay here), or the relay's pid
-# and budget (python's fork server, relay_fork.sh); the interpreter reads
-# the request (a JSON header line and the exec's stdin bytes) from the
-# relay's /proc/<pid>/fd/6. A node interpreter writes `ready` once warm,
-# `taken` once it has read the request and `status` (its exit code) when it
-# is done.
+# generation directory /tmp/.scr/pre/<n>/ holding two FIFOs it keeps open
+# read-write (so opening them never blocks while it lives): `in` (fd 3) and
+# `life` (fd 4, never written: its end is the end of the call); plus `pid`.
+# It has loaded its wrapper harness and the iii SDK module, connected
+# nothing, and holds no token. A call hands it the relay's pid and budget
+# (relay_fork.sh: python's fork server forks a child for it, a node
+# interpreter takes it itself); the interpreter reads the request (a JSON
+# header line and the exec's stdin bytes) from the relay's
+# /proc/<pid>/fd/6 and reopens the exec's stdout and stderr from its fds 7
+# and 8, so nothing is copied. A node interpreter also writes `ready` once
+# warm.
 
 SCR_PRE=/tmp/.scr/pre
 
@@ -31,7 +31,7 @@ scr_spawn() {
   for p in "$SCR_PRE"/*/pid; do
     [ -e "$p" ] || continue
     q=${p%/pid}
-    read -r q_pid <"$p" 2>/dev/null && kill -KILL -"$q_pid" 2>/dev/null
+    read -r q_pid 2>/dev/null <"$p" && kill -KILL -"$q_pid" 2>/dev/null
     rm -rf "$q"
   done
   scr_start "$n" "$@"
@@ -52,7 +52,7 @@ scr_fill() {
   for q in "$SCR_PRE"/*; do
     [ -d "$q" ] || continue
     p=
-    read -r p <"$q/pid" 2>/dev/null || { [ -e "$q/pid" ] || { live=$((live + 1)); continue; }; }
+    read -r p 2>/dev/null <"$q/pid" || { [ -e "$q/pid" ] || { live=$((live + 1)); continue; }; }
     if [ "$live" -lt 2 ] && [ -n "$p" ] && [ -e "/proc/$p/fd/3" ]; then
       live=$((live + 1))
       continue
@@ -76,14 +76,14 @@ scr_fill() {
 
 # scr_start <dir> <interpreter argv…>: one waiting interpreter in <dir>, in
 # its own session, holding <dir>'s FIFOs read-write (so opening them never
-# blocks while it lives).
+# blocks while it lives); what it writes before it has a call goes nowhere.
 scr_start() {
   n=$1
   shift
-  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/out" "$n/err" "$n/life" 2>/dev/null || return 0
+  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/life" 2>/dev/null || return 0
   # Nothing of the exec that starts it: an fd it kept open (a relay's
-  # 5-8 hold this exec's streams) would keep the exec from ending.
-  (cd /tmp && exec setsid "$@" "$n" </dev/null 3<>"$n/in" 1<>"$n/out" 2<>"$n/err" 4<>"$n/life" \
+  # 6-8 hold this exec's streams) would keep the exec from ending.
+  (cd /tmp && exec setsid "$@" "$n" </dev/null >/dev/null 2>&1 3<>"$n/in" 4<>"$n/life" \
     5>&- 6>&- 7>&- 8>&- 9>&-) &
   echo $! >"$n/pid"
 }
@@ -100,7 +100,7 @@ scr_pick() {
   wp=
   for q in "$1".* "$SCR_PRE"/*; do
     p=
-    read -r p <"$q/pid" 2>/dev/null || continue
+    read -r p 2>/dev/null <"$q/pid" || continue
     [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || continue
     if [ -e "$q/ready" ]; then
       d=$q
@@ -109,66 +109,41 @@ scr_pick() {
     fi
     [ -z "$w" ] && w=$q && wp=$p
   done
-  [ -n "$w" ] || scr_verdict "" cold 0
+  [ -n "$w" ] || scr_told cold 0
   d=$w
   pid=$wp
 }
 
-# scr_relay <generation dir> <seconds>: hands a waiting node interpreter
-# (scr_pick) this shell's pid (it reads this exec's stdin itself, through
-# /proc/<this shell>/fd/6) and passes its stdout, stderr and exit code through. The last line of stderr
-# is always the relay's verdict, written after everything the interpreter
-# wrote: `\036SCR-RELAY cold` (none was there or it never took the request:
-# nothing ran, take the cold path), `… timeout` (the deadline passed and its
-# whole process group was killed), or `… exit <code>`.
+# scr_relay <generation dir> <budget seconds>: hands a waiting node
+# interpreter (scr_pick) this shell's pid; it takes this exec's stdin,
+# stdout and stderr itself (through /proc/<this shell>/fd/{6,7,8}), so
+# nothing is copied, and writes "137" to <dir>/status.<this shell's pid>
+# once it has (from then on the call counts as run), its exit code when it
+# is done. The call's end is the end of `life`. A watchdog says `timeout`
+# on `life` once the budget passes: then the interpreter's whole session is
+# killed. The verdict is scr_relay_fork's (relay_fork.sh).
 scr_relay() {
   scr_pick "$1"
   SCR_USED=$pid
-  exec 4<"$d/out" 5<"$d/err" 6<&0
-  # Both copiers start before the hand-over, so neither is still starting
-  # when the call's output comes.
-  cat <&5 >&2 &
-  e=$!
-  timeout "$2" cat <&4 &
-  o=$!
-  exec 4<&- 5<&-
+  exec 4<"$d/life" 6<&0 7>&1 8>&2
   echo $$ >"$d/in"
-  wait "$o"
-  rc=$?
-  if [ "$rc" = 124 ]; then
-    kill -KILL -"$pid" 2>/dev/null
-    wait "$e"
-    scr_verdict "$d" timeout 124
-  fi
-  wait "$e"
-  scr_ended "$d" "$d/taken" "$d/status"
-}
-
-# scr_ended <paths to remove> <taken file> <status file>: the verdict of a
-# call whose interpreter is done: cold if it never took the request, else
-# its exit code (137 when it died without writing one).
-scr_ended() {
-  [ -e "$2" ] || scr_verdict "$1" cold 0
-  st=
-  read -r st <"$3" 2>/dev/null
-  st=${st:-137}
-  scr_verdict "$1" "exit $st" "$st"
-}
-
-# The verdict. The clean-up and the next interpreter ($SCR_NEXT, when the
-# VM serves later calls) go to a background shell that holds none of the
-# exec's streams, so neither is on this call's path: the exec is over when
-# the relay exits, and the next interpreter warms while the answer travels.
-# scr_verdict <paths to remove> <verdict> <exit code>
-scr_verdict() {
+  # Started after the hand-over: it forks while the call runs. A `sleep`
+  # it started goes with it.
   (
-    exec </dev/null >/dev/null 2>&1
-    # The call is over: what is left of the interpreter it used goes, and
-    # the next one starts.
-    [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED"
-    rm -rf $1
-    [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
+    exec </dev/null >/dev/null 2>&1 4<&- 6<&- 7>&- 8>&-
+    trap 'kill $! 2>/dev/null; exit 0' TERM
+    sleep "$2" &
+    wait $! && echo timeout >"$d/life"
   ) &
-  printf '\036SCR-RELAY %s\n' "$2" >&2
-  exit "$3"
+  w=$!
+  said=
+  read -r said <&4
+  if [ "$said" = timeout ]; then
+    kill -KILL -"$pid" 2>/dev/null
+    while read -r _ <&4; do :; done
+    scr_told timeout 124
+  fi
+  kill "$w" 2>/dev/null
+  exec 4<&-
+  scr_status "$d"
 }

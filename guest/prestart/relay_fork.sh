@@ -1,17 +1,20 @@
 # sandbox-code-runner: the relay into python's fork server (ready.py), the
 # whole exec of a call that has one waiting: shell builtins only, so the
-# call pays for one `sh` and nothing else.
+# call pays for one `sh` and nothing else. (Node's relay, relay.sh's
+# scr_relay, ends through scr_status and scr_told here too.)
 # scr_relay_fork <dir> <budget ms>: hands the server in <dir> this shell's
-# pid; the child it forks takes this exec's stdin, stdout and stderr
-# (reopened through /proc/<this shell>/fd/{6,7,8}), so nothing is copied.
-# The server enforces the budget over the call's process group. The call's
-# end is the end of `life` (held by the child, and by the server until it
-# has written <dir>/status.<this shell's pid>). The last line of stderr is
-# the verdict: `\036SCR-RELAY cold` (no server, or it never took the
-# request: nothing ran), `… timeout`, or `… exit <code>`.
+# pid and the budget; the child it forks takes this exec's stdin, stdout
+# and stderr (reopened through /proc/<this shell>/fd/{6,7,8}), so nothing is
+# copied, and writes "137" to <dir>/status.<this shell's pid> once it has
+# (from then on the call counts as run). The server enforces the budget
+# over the call's process group. The call's end is the end of `life` (held
+# by the child, and by the server until it has written the status). The
+# last line of stderr is the verdict: `\036SCR-RELAY cold` (nothing was
+# waiting, or it never took the request: nothing ran), `… timeout`, or
+# `… exit <code>`.
 scr_relay_fork() {
   p=
-  read -r p <"$1/pid" 2>/dev/null
+  read -r p 2>/dev/null <"$1/pid"
   # A live server holds fd 3; a dead one (a zombie too) holds nothing.
   [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_told cold 0
   # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
@@ -20,8 +23,14 @@ scr_relay_fork() {
   echo "$$ $2" >"$1/in"
   while read -r _ <&4; do :; done
   exec 4<&-
+  scr_status "$1"
+}
+
+# scr_status <dir>: the verdict of a call whose process is done, from
+# <dir>/status.<this shell's pid>.
+scr_status() {
   st=
-  read -r st <"$1/status.$$" 2>/dev/null
+  read -r st 2>/dev/null <"$1/status.$$"
   case $st in
     '') scr_told cold 0 ;;
     timeout) scr_told timeout 124 ;;
@@ -30,14 +39,18 @@ scr_relay_fork() {
   scr_told "exit $st" "$st"
 }
 
-# scr_told <verdict> <exit code>: the verdict line, then the exec's end. A
-# relay whose server is to be replaced (SCR_NEXT, with relay.sh sourced)
-# starts the next one in a shell that holds none of this exec's streams.
+# scr_told <verdict> <exit code>: the verdict line, then the exec's end.
+# What is left of a node interpreter the call used (SCR_USED, its session,
+# and its directory $d) goes, and a relay whose interpreter is to be
+# replaced (SCR_NEXT, with relay.sh sourced) starts the next one, in a shell
+# that holds none of this exec's streams: neither is on the call's path.
 scr_told() {
-  if [ -n "${SCR_NEXT:-}" ]; then
+  if [ -n "${SCR_NEXT:-}${SCR_USED:-}" ]; then
     (
       exec </dev/null >/dev/null 2>&1 6>&- 7>&- 8>&-
-      eval "$SCR_NEXT"
+      [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED" 2>/dev/null
+      [ -n "${SCR_USED:-}" ] && rm -rf "$d"
+      [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
     ) &
   fi
   printf '\036SCR-RELAY %s\n' "$1" >&2
