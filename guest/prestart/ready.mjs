@@ -3,10 +3,11 @@
 // 4 are <dir>'s `in` and `life` FIFOs, opened read-write by the spawner;
 // stdin, stdout and stderr are /dev/null). The worker prepends
 // `const WRAPPERS = [<wrapper source>, ...]`.
-// It imports the iii SDK bundle (when it is planted) and what a call's first
-// use would otherwise load on the call's path, loads each wrapper's
-// definitions (everything but its last line, `await main();`), connects
-// nothing, writes <dir>/ready, then waits on fd 3 for one relay's pid
+// It loads each wrapper's definitions, imports the iii SDK bundle (when it
+// is planted) and what a call's first use would otherwise load on the
+// call's path; it loads each wrapper's definitions (everything but its last line, `await main();`), connects
+// nothing, writes <dir>/ready (and <dir>/warm once the rest of the warm-up,
+// which runs while it waits, is done), then waits on fd 3 for one relay's pid
 // (relay.sh's scr_relay), and reads that relay's stdin (through
 // /proc/<pid>/fd/6):
 //   {"script": <a wrapper, as for node --input-type=module -e>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
@@ -29,35 +30,6 @@ const dir = process.argv[process.argv.length - 1];
 fs.closeSync(4);
 const life = fs.openSync(path.join(dir, 'life'), fs.constants.O_RDWR);
 
-const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
-const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
-const hasSdk = fs.existsSync(SDK_FILE);
-if (hasSdk) {
-  // The bundle reads ../package.json; the wrapper writes the same one.
-  const pj = `${SDK_DIR}/package.json`;
-  try {
-    if (!fs.existsSync(pj)) {
-      fs.writeFileSync(pj, JSON.stringify({
-        name: 'iii-sdk', version: '0.22.1', type: 'module',
-        main: './dist/index.mjs', exports: { '.': './dist/index.mjs' },
-      }));
-    }
-    await import(pathToFileURL(SDK_FILE).href); // loaded, not connected
-  } catch { /* the wrapper's `iii` explains on first use */ }
-}
-
-// What a call would otherwise pay for on first use: the builtins the
-// wrappers load and, with the SDK, what a connecting client loads and ICU
-// (it reads the locale); the ES module loader on a file, stream iteration,
-// the thread pool.
-for (const m of ['crypto', 'module', 'util']) await import(`node:${m}`);
-if (hasSdk) {
-  for (const m of ['http', 'https', 'net', 'zlib', 'os']) await import(`node:${m}`);
-  Intl.DateTimeFormat().resolvedOptions();
-}
-for await (const _ of Readable.from([Buffer.alloc(1)])) { /* warm */ }
-await fs.promises.stat(dir);
-
 // Each wrapper's definitions, loaded ahead: a call only runs its main().
 const TAIL = 'await main();';
 const loaded = new Map();
@@ -71,24 +43,141 @@ for (const [i, text] of (typeof WRAPPERS === 'undefined' ? [] : WRAPPERS).entrie
   } catch { /* that wrapper runs from its text */ }
 }
 
+// Ready: a call can be taken from here on. The rest of the warm-up runs
+// while this waits for one (a call that comes first shares what is in
+// flight: the SDK's import is one module, however many import it), and
+// says `warm` once done.
 fs.writeFileSync(path.join(dir, 'ready'), '');
+const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
+const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
+const hasSdk = fs.existsSync(SDK_FILE);
+async function warmUp() {
+  if (hasSdk) {
+    // The bundle reads ../package.json; the wrapper writes the same one.
+    const pj = `${SDK_DIR}/package.json`;
+    try {
+      if (!fs.existsSync(pj)) {
+        fs.writeFileSync(pj, JSON.stringify({
+          name: 'iii-sdk', version: '0.22.1', type: 'module',
+          main: './dist/index.mjs', exports: { '.': './dist/index.mjs' },
+        }));
+      }
+      await warmClient(await import(pathToFileURL(SDK_FILE).href));
+    } catch { /* the wrapper's `iii` explains on first use */ }
+  }
 
-// One relay's pid on fd 3, then its request on its fd 6: a header line,
-// then exactly `stdin` bytes.
-function readRequest() {
+  // What a call would otherwise pay for on first use: the builtins the
+  // wrappers load and, with the SDK, what a connecting client loads and ICU
+  // (it reads the locale); the ES module loader on a file, stream iteration,
+  // the thread pool.
+  for (const m of ['crypto', 'module', 'util']) await import(`node:${m}`);
+  if (hasSdk) {
+    for (const m of ['http', 'https', 'net', 'zlib', 'os']) await import(`node:${m}`);
+    Intl.DateTimeFormat().resolvedOptions();
+  }
+  for await (const _ of Readable.from([Buffer.alloc(1)])) { /* warm */ }
+  await fs.promises.stat(dir);
+  fs.writeFileSync(path.join(dir, 'warm'), '');
+}
+warmUp().catch(() => { /* a call's own use reports it */ });
+
+// A client's first connection runs code nothing has run yet (the client,
+// its WebSocket's handshake and framing, the http client under it): ~3x a
+// later one's time. So one client runs it here, against a stand-in of the
+// engine in this process, over a unix socket in <dir> that only it knows:
+// it registers, makes one trigger and shuts down. Nothing of it outlives
+// the warm-up, and the engine never hears of it (no token is held yet).
+async function warmClient(sdk) {
+  const net = await import('node:net');
+  const { createHash } = await import('node:crypto');
+  const sock = path.join(dir, 'warm.sock');
+  const server = net.createServer((socket) => {
+    let buf = Buffer.alloc(0);
+    let open = false;
+    socket.on('data', (chunk) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (!open) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const key = /^sec-websocket-key:\s*(\S+)/im.exec(buf.subarray(0, end).toString('latin1'))?.[1];
+        const accept = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+        socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+        socket.write(frame(1, JSON.stringify({ type: 'workerregistered', worker_id: 'warm-up' })));
+        buf = buf.subarray(end + 4);
+        open = true;
+      }
+      for (let got = unframe(buf); got; got = unframe(buf)) {
+        buf = buf.subarray(got.size);
+        if (got.opcode === 8) { socket.end(frame(8, '')); return; }
+        const { type, invocation_id: id, function_id: fn } = JSON.parse(got.text);
+        if (type === 'invokefunction' && id) {
+          socket.write(frame(1, JSON.stringify({ type: 'invocationresult', invocation_id: id, function_id: fn, result: {} })));
+        }
+      }
+    });
+    socket.on('error', () => { /* the client is gone */ });
+  });
+  await new Promise((listening) => server.listen(sock, listening));
+  try {
+    const client = sdk.registerWorker(`ws+unix:${sock}:/`, {
+      workerName: 'scr-warm-up', otel: { enabled: false }, enableMetricsReporting: false,
+    });
+    try {
+      await client.trigger({ function_id: 'scr::warm-up', payload: {}, timeoutMs: 2000 });
+    } finally {
+      await client.shutdown();
+    }
+  } finally {
+    server.close();
+    fs.rmSync(sock, { force: true });
+  }
+}
+
+// One unmasked server frame (RFC 6455 5.2).
+function frame(opcode, text) {
+  const body = Buffer.from(text);
+  const head = body.length < 126 ? Buffer.from([0x80 | opcode, body.length])
+    : Buffer.from([0x80 | opcode, 126, body.length >> 8, body.length & 0xff]);
+  return Buffer.concat([head, body]);
+}
+
+// The first whole masked client frame in `b`: { opcode, text, size }, or
+// null until it has arrived.
+function unframe(b) {
+  if (b.length < 2) return null;
+  let len = b[1] & 0x7f;
+  let at = 2;
+  if (len === 126) { if (b.length < 4) return null; len = b.readUInt16BE(2); at = 4; }
+  else if (len === 127) { if (b.length < 10) return null; len = Number(b.readBigUInt64BE(2)); at = 10; }
+  if (b.length < at + 4 + len) return null;
+  const mask = b.subarray(at, at + 4);
+  const body = Buffer.from(b.subarray(at + 4, at + 4 + len));
+  for (let i = 0; i < body.length; i++) body[i] ^= mask[i & 3];
+  return { opcode: b[0] & 0x0f, text: body.toString('utf8'), size: at + 4 + len };
+}
+
+// One relay's pid on fd 3 (read off the event loop, which warms meanwhile),
+// then its request on its fd 6: a header line, then exactly `stdin` bytes.
+function nextRelay() {
   const line = Buffer.alloc(64);
   let n = 0;
-  while (n === 0 || line[n - 1] !== 10) {
-    const got = fs.readSync(3, line, n, line.length - n, null);
-    if (got === 0) process.reallyExit(97);
-    n += got;
-  }
-  const relay = Number.parseInt(line.subarray(0, n).toString('ascii'), 10);
-  fs.closeSync(3);
+  return new Promise((resolve) => {
+    const more = () => fs.read(3, line, n, line.length - n, null, (err, got) => {
+      if (err || got === 0) process.reallyExit(97);
+      n += got;
+      if (line[n - 1] !== 10) return more();
+      fs.closeSync(3);
+      return resolve(Number.parseInt(line.subarray(0, n).toString('ascii'), 10));
+    });
+    more();
+  });
+}
+
+function readRequest(relay) {
   const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
   const nl = buf.indexOf(10);
   const req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
-  return { relay, req, data: buf.subarray(nl + 1, nl + 1 + Number(req.stdin)) };
+  return { req, data: buf.subarray(nl + 1, nl + 1 + Number(req.stdin)) };
 }
 
 // The exec's streams, as fds 1 and 2: an fd closed is the lowest free one,
@@ -101,7 +190,8 @@ function takeStreams(relay) {
   }
 }
 
-const { relay, req, data } = readRequest();
+const relay = await nextRelay();
+const { req, data } = readRequest(relay);
 takeStreams(relay);
 const status = path.join(dir, `status.${relay}`);
 fs.writeFileSync(status, '137');

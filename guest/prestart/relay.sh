@@ -41,37 +41,45 @@ scr_spawn() {
 # call, and starting one takes longer than a call, so two wait: a call
 # takes one, and the next call, even straight after it, finds the other
 # ready while a new one warms (started here, at the verdict: never more
-# than two exist). Keeps two live ones, removes the rest, and starts <base>.0
-# and <base>.1 as needed. A directory without a pid is one still starting.
-# (Ones started before the SDK was planted serve a call each, as a cold
-# start would: the wrapper loads the SDK itself.)
+# than two exist). Keeps two live ones (waiting, or serving a call: that
+# one is its relay's to remove), removes the rest, and starts <base>.0 and
+# <base>.1 as needed. Fills run one at a time (a verdict's fill may still
+# run when the next call's verdict comes), under a lock on .fill, taken
+# with util-linux's flock (like setsid, in any Debian-based image); without
+# it they run as they come. (Ones started before the SDK was planted serve
+# a call each, as a cold start would: the wrapper loads the SDK itself.)
 scr_fill() {
   n=$1
   shift
-  live=0
-  for q in "$SCR_PRE"/*; do
-    [ -d "$q" ] || continue
-    p=
-    read -r p 2>/dev/null <"$q/pid" || { [ -e "$q/pid" ] || { live=$((live + 1)); continue; }; }
-    if [ "$live" -lt 2 ] && [ -n "$p" ] && [ -e "/proc/$p/fd/3" ]; then
-      live=$((live + 1))
-      continue
-    fi
-    [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
-    rm -rf "$q"
-  done
+  mkdir -p "$SCR_PRE"
   # Node starts from this file (a relay does not carry the harness): the
   # exec that does writes it, whole or not at all.
   if [ -n "${SCR_HARNESS:-}" ]; then
-    mkdir -p "$SCR_PRE" && printf '%s' "$SCR_HARNESS" >"$SCR_PRE/ready.mjs.$$" &&
+    printf '%s' "$SCR_HARNESS" >"$SCR_PRE/ready.mjs.$$" &&
       mv -f "$SCR_PRE/ready.mjs.$$" "$SCR_PRE/ready.mjs"
   fi
-  k=0
-  while [ "$live" -lt 2 ]; do
-    scr_start "$n.$k" "$@"
-    live=$((live + 1))
-    k=$((k + 1))
-  done
+  (
+    exec 9>"$SCR_PRE/.fill"
+    flock 9 2>/dev/null
+    live=0
+    for q in "$SCR_PRE"/*; do
+      [ -d "$q" ] || continue
+      p=
+      read -r p 2>/dev/null <"$q/pid"
+      if [ -n "$p" ] && [ -e "/proc/$p/exe" ]; then
+        [ -e "/proc/$p/fd/3" ] || { live=$((live + 1)); continue; }
+        [ "$live" -lt 2 ] && { live=$((live + 1)); continue; }
+      fi
+      [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
+      rm -rf "$q"
+    done
+    k=0
+    while [ "$live" -lt 2 ]; do
+      scr_start "$n.$k" "$@"
+      live=$((live + 1))
+      k=$((k + 1))
+    done
+  )
 }
 
 # scr_start <dir> <interpreter argv…>: one waiting interpreter in <dir>, in
@@ -88,30 +96,28 @@ scr_start() {
   echo $! >"$n/pid"
 }
 
-# scr_pick <generation dir>: $d and $pid are the node interpreter to use: one
-# that finished warming (it wrote <dir>/ready; the worker's latest generation
-# first), else one still warming; a live one holds fd 3, `in`, until it has a
+# scr_pick <generation dir>: $d and $pid are the node interpreter to use:
+# a warm one (it wrote <dir>/warm: all it loads ahead is loaded), else a
+# ready one (<dir>/ready: its wrappers are loaded; the rest is in flight
+# and a call shares it), else one still starting, the worker's latest
+# generation first each time; a live one holds fd 3, `in`, until it has a
 # request (a dead one, a zombie too, holds nothing). If there is none, the
 # call ends here, cold.
 scr_pick() {
   d=
   pid=
-  w=
-  wp=
-  for q in "$1".* "$SCR_PRE"/*; do
-    p=
-    read -r p 2>/dev/null <"$q/pid" || continue
-    [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || continue
-    if [ -e "$q/ready" ]; then
+  for mark in warm ready pid; do
+    for q in "$1".* "$SCR_PRE"/*; do
+      [ -e "$q/$mark" ] || continue
+      p=
+      read -r p 2>/dev/null <"$q/pid" || continue
+      [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || continue
       d=$q
       pid=$p
       return 0
-    fi
-    [ -z "$w" ] && w=$q && wp=$p
+    done
   done
-  [ -n "$w" ] || scr_told cold 0
-  d=$w
-  pid=$wp
+  scr_told cold 0
 }
 
 # scr_relay <generation dir> <budget seconds>: hands a waiting node
@@ -125,8 +131,11 @@ scr_pick() {
 scr_relay() {
   scr_pick "$1"
   SCR_USED=$pid
-  exec 4<"$d/life" 6<&0 7>&1 8>&2
-  echo $$ >"$d/in"
+  # Neither open may block, even if the interpreter died since it was
+  # picked: `life` is opened for reading while this shell holds it
+  # read-write (then an interpreter gone reads as its end), `in` read-write.
+  exec 9<>"$d/life" 4<"$d/life" 9>&- 6<&0 7>&1 8>&2
+  echo $$ 1<>"$d/in"
   # Started after the hand-over: it forks while the call runs. A `sleep`
   # it started goes with it.
   (

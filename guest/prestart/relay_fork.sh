@@ -19,8 +19,9 @@ scr_relay_fork() {
   [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_told cold 0
   # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
   # shell itself may move 0, 1 and 2 around while it runs commands.
-  exec 4<"$1/life" 6<&0 7>&1 8>&2
-  echo "$$ $2" >"$1/in"
+  # Neither open may block, even if the server died since: as scr_relay's.
+  exec 9<>"$1/life" 4<"$1/life" 9>&- 6<&0 7>&1 8>&2
+  echo "$$ $2" 1<>"$1/in"
   while read -r _ <&4; do :; done
   exec 4<&-
   scr_status "$1"
