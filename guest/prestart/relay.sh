@@ -4,7 +4,8 @@
 # A pre-started interpreter waits in its own session (setsid), with its
 # generation directory /tmp/.scr/pre/<n>/ holding two FIFOs it keeps open
 # read-write (so opening them never blocks while it lives): `in` (fd 3) and
-# `life` (fd 4, never written: its end is the end of the call); plus `pid`.
+# `life` (fd 4, never written: its end is the end of the call); plus `pid`,
+# and `pipe`, a FIFO a node interpreter warms its pipe streams on.
 # It has loaded its wrapper harness and the iii SDK module, connected
 # nothing, and holds no token. A call hands it the relay's pid and budget
 # (relay_fork.sh: python's fork server forks a child for it, a node
@@ -88,7 +89,7 @@ scr_fill() {
 scr_start() {
   n=$1
   shift
-  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/life" 2>/dev/null || return 0
+  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/life" "$n/pipe" 2>/dev/null || return 0
   # Nothing of the exec that starts it: an fd it kept open (a relay's
   # 6-8 hold this exec's streams) would keep the exec from ending.
   (cd /tmp && exec setsid "$@" "$n" </dev/null >/dev/null 2>&1 3<>"$n/in" 4<>"$n/life" \
