@@ -378,6 +378,58 @@ mod tests {
         assert!(harness(Lang::Node).starts_with("const WRAPPERS = [\""));
     }
 
+    /// A fill runs in the background after a verdict, so the next call may
+    /// already be served when it looks: it counts the interpreter serving
+    /// a call (alive, `in` let go) as one of the two and leaves it to its
+    /// relay, removes dead ones, and starts only what makes two.
+    #[test]
+    fn a_fill_leaves_the_interpreter_serving_a_call_alone() {
+        use std::os::unix::process::CommandExt;
+        use std::process::Command;
+        let pre = std::env::temp_dir().join(format!("scr-fill-{}", uuid::Uuid::new_v4().simple()));
+        // Its own process group, as an interpreter's session is.
+        let mut serving = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep runs");
+        let mut gone = Command::new("true").spawn().expect("true runs");
+        gone.wait().unwrap();
+        for (name, pid) in [("serving", serving.id()), ("dead", gone.id())] {
+            std::fs::create_dir_all(pre.join(name)).unwrap();
+            std::fs::write(pre.join(name).join("pid"), format!("{pid}\n")).unwrap();
+        }
+        let script = format!(
+            "{}\nSCR_PRE={p}\nscr_fill {p}/next sh -c 'exec sleep 30' sh\n",
+            relay(),
+            p = pre.display()
+        );
+        let filled = Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .expect("sh runs");
+        let started: Vec<_> = ["next.0", "next.1"]
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(pre.join(n).join("pid")).ok())
+            .collect();
+        let serving_alive = serving.try_wait().unwrap().is_none();
+        // Each started one's session (never `kill -1`: a pid that is not one
+        // is skipped).
+        for pid in started.iter().filter_map(|p| p.trim().parse::<u32>().ok()) {
+            if pid > 1 {
+                let group = format!("-{pid}");
+                let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+            }
+        }
+        let _ = serving.kill();
+        let dead_left = pre.join("dead").exists();
+        let _ = std::fs::remove_dir_all(&pre);
+        assert!(filled.success());
+        assert!(serving_alive, "the call being served was left alone");
+        assert!(!dead_left, "a dead one is removed");
+        assert_eq!(started.len(), 1, "one more makes two: {started:?}");
+    }
+
     #[test]
     fn the_relay_scripts_travel_without_comments_and_still_parse() {
         for (full, bare) in [(RELAY_SH, relay()), (RELAY_FORK_SH, relay_fork())] {

@@ -668,3 +668,52 @@ async fn a_node_runtime_keeps_two_interpreters_waiting_and_never_more() {
         .unwrap();
     h.finish(0).await;
 }
+
+/// Node calls straight after each other in a kept runtime, each relayed to
+/// a waiting interpreter that takes the exec's streams itself: every run
+/// answers once, with exactly its own output (nothing of the relay's
+/// shell, even once interpreters died), while the interpreters for the
+/// next calls start in the background and one of those starts may still
+/// run when the next call comes. A run past its budget is killed by the
+/// relay's watchdog, and the next runs are clean. What a run starts with
+/// its streams let go does not hold the run open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_runs_back_to_back_each_answer_once_with_their_own_output() {
+    let h = Harness::start("").await;
+    let first = h
+        // It names `iii`: the SDK is planted, so each interpreter that
+        // starts imports it, and its start outlasts a call.
+        .run(json!({"lang": "node", "code": "console.log(typeof iii)", "keep": true}))
+        .await
+        .unwrap();
+    let rid = first["runtime_id"].as_str().unwrap().to_string();
+    let run = |code: String, timeout_ms: u64| {
+        let payload = json!({"runtime_id": rid, "code": code, "timeout_ms": timeout_ms});
+        h.run(payload)
+    };
+    let burst = |from: usize| {
+        let run = &run;
+        async move {
+            for i in from..from + 30 {
+                let code = format!("console.log({i}); console.error('e{i}')");
+                let out = run(code, 10_000).await.unwrap();
+                assert_eq!(out["stdout"], format!("{i}\n"), "{out}");
+                assert_eq!(out["stderr"], format!("e{i}\n"), "{out}");
+                assert_eq!(out["exit_code"], 0, "{out}");
+            }
+        }
+    };
+    burst(0).await;
+    let late = run("while (true) {}".into(), 1_500)
+        .await
+        .expect_err("past its budget");
+    assert_eq!(late.code, "sandbox-code-runner::timeout", "{late:?}");
+    burst(100).await;
+    let detached = "import { spawn } from 'node:child_process';\n\
+        spawn('sleep', ['30'], { detached: true, stdio: 'ignore' }).unref();\n\
+        console.log('left it');";
+    let out = run(detached.into(), 5_000).await.unwrap();
+    assert_eq!(out["stdout"], "left it\n", "{out}");
+    h.call(TEARDOWN, json!({"runtime_id": rid})).await.unwrap();
+    h.finish(0).await;
+}

@@ -93,7 +93,9 @@ fn run(cmd: &mut Command, deadline: Duration) -> Output {
     });
     if !finished {
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", child.id())])
+            // `--`: procps reads a bare `-<pid>` after the signal as `-1`,
+            // every process.
+            .args(["-KILL", "--", &format!("-{}", child.id())])
             .status();
         let _ = child.kill();
         let _ = child.wait();
