@@ -13,7 +13,7 @@
 # header line and the exec's stdin bytes) from the relay's
 # /proc/<pid>/fd/6 and reopens the exec's stdout and stderr from its fds 7
 # and 8, so nothing is copied. A node interpreter also writes `ready` once
-# warm.
+# it can take a call, and `warm` once all it loads ahead is loaded.
 
 SCR_PRE=/tmp/.scr/pre
 
