@@ -128,7 +128,7 @@ scr_pick() {
 # once it has (from then on the call counts as run), its exit code when it
 # is done. The call's end is the end of `life`. A watchdog says `timeout`
 # on `life` once the budget passes: then the interpreter's whole session is
-# killed. The verdict is scr_relay_fork's (relay_fork.sh).
+# killed. The verdict is scr_status's (relay_fork.sh).
 scr_relay() {
   scr_pick "$1"
   SCR_USED=$pid
@@ -137,23 +137,33 @@ scr_relay() {
   # read-write (then an interpreter gone reads as its end), `in` read-write.
   exec 9<>"$d/life" 4<"$d/life" 9>&- 6<&0 7>&1 8>&2
   echo $$ 1<>"$d/in"
-  # Started after the hand-over: it forks while the call runs. A `sleep`
-  # it started goes with it.
+  # Forked after the hand-over, while the call runs. It also does what
+  # follows the call (scr_after) once told (TERM) or once the budget
+  # passed, so the verdict forks nothing; until it is armed (its trap
+  # set), the verdict does that itself. A `sleep` it started goes with it.
   (
     exec </dev/null >/dev/null 2>&1 4<&- 6<&- 7>&- 8>&-
-    trap 'kill $! 2>/dev/null; exit 0' TERM
+    trap 'kill $! 2>/dev/null; scr_after; exit 0' TERM
+    : >"$d/armed"
     sleep "$2" &
-    wait $! && echo timeout >"$d/life"
+    wait $! || exit 0
+    echo timeout 1<>"$d/life"
+    scr_after
   ) &
   w=$!
   said=
   read -r said <&4
   if [ "$said" = timeout ]; then
+    SCR_AFTER=watchdog
     kill -KILL -"$pid" 2>/dev/null
     while read -r _ <&4; do :; done
     scr_told timeout 124
   fi
-  kill "$w" 2>/dev/null
   exec 4<&-
-  scr_status "$d"
+  # The status is read before the watchdog is told: scr_after removes it.
+  st=
+  read -r st 2>/dev/null <"$d/status.$$"
+  [ -e "$d/armed" ] && SCR_AFTER=watchdog
+  kill "$w" 2>/dev/null
+  scr_status "$st"
 }

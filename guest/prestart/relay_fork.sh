@@ -24,36 +24,42 @@ scr_relay_fork() {
   echo "$$ $2" 1<>"$1/in"
   while read -r _ <&4; do :; done
   exec 4<&-
-  scr_status "$1"
-}
-
-# scr_status <dir>: the verdict of a call whose process is done, from
-# <dir>/status.<this shell's pid>.
-scr_status() {
   st=
   read -r st 2>/dev/null <"$1/status.$$"
-  case $st in
+  scr_status "$st"
+}
+
+# scr_status <status>: the verdict of a call whose process is done, from
+# what it (or its server) wrote to <dir>/status.<this shell's pid>.
+scr_status() {
+  case $1 in
     '') scr_told cold 0 ;;
     timeout) scr_told timeout 124 ;;
     *[!0-9]*) scr_told "exit 137" 137 ;;
   esac
-  scr_told "exit $st" "$st"
+  scr_told "exit $1" "$1"
 }
 
 # scr_told <verdict> <exit code>: the verdict line, then the exec's end.
-# What is left of a node interpreter the call used (SCR_USED, its session,
-# and its directory $d) goes, and a relay whose interpreter is to be
-# replaced (SCR_NEXT, with relay.sh sourced) starts the next one, in a shell
-# that holds none of this exec's streams: neither is on the call's path.
+# What follows the call (scr_after) runs in a shell that holds none of this
+# exec's streams, off the call's path: forked here, unless node's watchdog
+# does it (SCR_AFTER=watchdog).
 scr_told() {
-  if [ -n "${SCR_NEXT:-}${SCR_USED:-}" ]; then
+  if [ -n "${SCR_NEXT:-}${SCR_USED:-}" ] && [ "${SCR_AFTER:-}" != watchdog ]; then
     (
       exec </dev/null >/dev/null 2>&1 6>&- 7>&- 8>&-
-      [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED" 2>/dev/null
-      [ -n "${SCR_USED:-}" ] && rm -rf "$d"
-      [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
+      scr_after
     ) &
   fi
   printf '\036SCR-RELAY %s\n' "$1" >&2
   exit "$2"
+}
+
+# scr_after: what is left of a node interpreter the call used (SCR_USED,
+# its session, and its directory $d) goes, and a relay whose interpreter is
+# to be replaced (SCR_NEXT, with relay.sh sourced) starts the next one.
+scr_after() {
+  [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED" 2>/dev/null
+  [ -n "${SCR_USED:-}" ] && rm -rf "$d"
+  [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
 }
