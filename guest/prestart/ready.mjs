@@ -101,7 +101,9 @@ async function warmClient(sdk) {
   const net = await import('node:net');
   const { createHash } = await import('node:crypto');
   const sock = path.join(dir, 'warm.sock');
+  const accepted = new Set();
   const server = net.createServer((socket) => {
+    accepted.add(socket);
     let buf = Buffer.alloc(0);
     let open = false;
     socket.on('data', (chunk) => {
@@ -126,7 +128,13 @@ async function warmClient(sdk) {
       }
     });
     socket.on('error', () => { /* the client is gone */ });
+    socket.unref();
   });
+  // Whatever becomes of it (an SDK that answers otherwise, say), none of it
+  // may keep a call's process alive: the server and its sockets hold no
+  // ref on the loop, the client gets a second to shut down, and the
+  // server's end of its socket goes in any case.
+  server.unref();
   await new Promise((listening) => server.listen(sock, listening));
   try {
     const client = sdk.registerWorker(`ws+unix:${sock}:/`, {
@@ -135,9 +143,13 @@ async function warmClient(sdk) {
     try {
       await client.trigger({ function_id: 'scr::warm-up', payload: {}, timeoutMs: 2000 });
     } finally {
-      await client.shutdown();
+      let timer;
+      const late = new Promise((gone) => { timer = setTimeout(gone, 1000); timer.unref(); });
+      await Promise.race([client.shutdown(), late]);
+      clearTimeout(timer);
     }
   } finally {
+    for (const socket of accepted) socket.destroy();
     server.close();
     fs.rmSync(sock, { force: true });
   }
