@@ -3,11 +3,11 @@
 // 4 are <dir>'s `in` and `life` FIFOs, opened read-write by the spawner;
 // stdin, stdout and stderr are /dev/null). The worker prepends
 // `const WRAPPERS = [<wrapper source>, ...]`.
-// It loads each wrapper's definitions, imports the iii SDK bundle (when it
-// is planted) and what a call's first use would otherwise load on the
-// call's path; it loads each wrapper's definitions (everything but its last line, `await main();`), connects
-// nothing, writes <dir>/ready (and <dir>/warm once the rest of the warm-up,
-// which runs while it waits, is done), then waits on fd 3 for one relay's pid
+// It loads each wrapper's definitions (everything but its last line,
+// `await main();`), writes <dir>/ready, then imports the iii SDK bundle
+// (when it is planted) and what a call's first use would otherwise load on
+// the call's path while it waits, and writes <dir>/warm once that is done.
+// It connects nothing (to the engine). It waits on fd 3 for one relay's pid
 // (relay.sh's scr_relay), and reads that relay's stdin (through
 // /proc/<pid>/fd/6):
 //   {"script": <a wrapper, as for node --input-type=module -e>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
@@ -66,13 +66,12 @@ async function warmUp() {
     } catch { /* the wrapper's `iii` explains on first use */ }
   }
 
-  // What a call would otherwise pay for on first use: the builtins the
-  // wrappers load and, with the SDK, what a connecting client loads and ICU
-  // (it reads the locale); the ES module loader on a file, stream iteration,
-  // the thread pool.
-  for (const m of ['crypto', 'module', 'util']) await import(`node:${m}`);
+  // What a call would otherwise pay for on first use (the builtins the
+  // wrappers import are loaded with them): with the SDK, what a connecting
+  // client loads and ICU (it reads the locale); stream iteration, the
+  // thread pool.
   if (hasSdk) {
-    for (const m of ['http', 'https', 'net', 'zlib', 'os']) await import(`node:${m}`);
+    for (const m of ['http', 'https', 'zlib', 'os']) await import(`node:${m}`);
     Intl.DateTimeFormat().resolvedOptions();
   }
   for await (const _ of Readable.from([Buffer.alloc(1)])) { /* warm */ }

@@ -1,7 +1,8 @@
 # sandbox-code-runner: the pre-started python interpreter (see relay.sh), a
 # fork server.
-# argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3/1/2/4 are <dir>'s
-# in/out/err/life FIFOs, opened read-write by the spawner; stdin /dev/null)
+# argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3 and 4 are <dir>'s
+# in and life FIFOs, opened read-write by the spawner; stdin, stdout and
+# stderr /dev/null)
 # The worker prepends `_WRAPPERS = [<wrapper source>, ...]`: the wrappers a
 # call may run. The server imports what they use and the iii SDK module
 # (when it is planted), and runs each wrapper's definitions (everything but

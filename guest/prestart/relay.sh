@@ -128,15 +128,12 @@ scr_pick() {
 # once it has (from then on the call counts as run), its exit code when it
 # is done. The call's end is the end of `life`. A watchdog says `timeout`
 # on `life` once the budget passes: then the interpreter's whole session is
-# killed. The verdict is scr_status's (relay_fork.sh).
+# killed. The hand-over and the verdict are relay_fork.sh's (scr_hand,
+# scr_status).
 scr_relay() {
   scr_pick "$1"
   SCR_USED=$pid
-  # Neither open may block, even if the interpreter died since it was
-  # picked: `life` is opened for reading while this shell holds it
-  # read-write (then an interpreter gone reads as its end), `in` read-write.
-  exec 9<>"$d/life" 4<"$d/life" 9>&- 6<&0 7>&1 8>&2
-  echo $$ 1<>"$d/in"
+  scr_hand "$d" $$
   # Forked after the hand-over, while the call runs. It also does what
   # follows the call (scr_after) once told (TERM) or once the budget
   # passed, so the verdict forks nothing; until it is armed (its trap
@@ -161,8 +158,7 @@ scr_relay() {
   fi
   exec 4<&-
   # The status is read before the watchdog is told: scr_after removes it.
-  st=
-  read -r st 2>/dev/null <"$d/status.$$"
+  scr_ran "$d"
   [ -e "$d/armed" ] && SCR_AFTER=watchdog
   kill "$w" 2>/dev/null
   scr_status "$st"

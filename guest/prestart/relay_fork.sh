@@ -17,16 +17,30 @@ scr_relay_fork() {
   read -r p 2>/dev/null <"$1/pid"
   # A live server holds fd 3; a dead one (a zombie too) holds nothing.
   [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_told cold 0
-  # Fds 6, 7 and 8 hold this exec's streams for the child to reopen: the
-  # shell itself may move 0, 1 and 2 around while it runs commands.
-  # Neither open may block, even if the server died since: as scr_relay's.
-  exec 9<>"$1/life" 4<"$1/life" 9>&- 6<&0 7>&1 8>&2
-  echo "$$ $2" 1<>"$1/in"
+  scr_hand "$1" "$$ $2"
   while read -r _ <&4; do :; done
   exec 4<&-
+  scr_ran "$1"
+  scr_status "$st"
+}
+
+# scr_hand <dir> <line>: holds this exec's streams on fds 6, 7 and 8 for the
+# process that runs the call to reopen (the shell itself may move 0, 1 and 2
+# around while it runs commands), opens <dir>'s `life` on fd 4 and hands
+# <line> to the interpreter on `in`. Neither open may block, even if the
+# interpreter died since it was found: `life` is opened for reading while
+# this shell holds it read-write (then an interpreter gone reads as its
+# end), `in` read-write.
+scr_hand() {
+  exec 9<>"$1/life" 4<"$1/life" 9>&- 6<&0 7>&1 8>&2
+  echo "$2" 1<>"$1/in"
+}
+
+# scr_ran <dir>: $st is what <dir>/status.<this shell's pid> says of the
+# call (empty when nothing ran).
+scr_ran() {
   st=
   read -r st 2>/dev/null <"$1/status.$$"
-  scr_status "$st"
 }
 
 # scr_status <status>: the verdict of a call whose process is done, from
