@@ -57,10 +57,17 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OneshotStop {
-    /// Before the response is sent: the contract's default. The caller pays
-    /// the daemon's stop (~200 ms on the real one).
+    /// Before the response is sent: the contract's default. The response
+    /// waits until the VM is gone: the daemon confirmed the stop, or the
+    /// run's lifeline exec showed the VM ended after the stop was sent (the
+    /// daemon's SIGTERM ends it at once; its 200 ms grace and the removal of
+    /// its entry follow after the response).
     #[default]
     BeforeResponse,
+    /// Before the response, and the response waits for the daemon to
+    /// confirm the stop: entry and scratch removed, its capacity slot free
+    /// (~200 ms more on the real daemon). No lifeline exec.
+    StopConfirmed,
     /// After the response: the VM is already unaddressable (no runtime_id
     /// exists), but it holds its capacity slot ~200 ms longer, and a crash in
     /// that window leaves an orphan for the next boot's sweep.
@@ -223,6 +230,8 @@ mod tests {
         assert_eq!(c.warm_pool, 3);
         assert_eq!(c.oneshot_stop, OneshotStop::Background);
         assert!(Config::parse("oneshot_stop: later\n").is_err());
+        let c = Config::parse("oneshot_stop: stop_confirmed\n").unwrap();
+        assert_eq!(c.oneshot_stop, OneshotStop::StopConfirmed);
         assert_eq!(Config::default().warm_pool, 1);
         assert_eq!(Config::default().oneshot_stop, OneshotStop::BeforeResponse);
     }

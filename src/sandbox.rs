@@ -92,6 +92,18 @@ impl SandboxError {
         matches!(self.outcome(), Outcome::Gone { .. })
     }
 
+    /// Whether the daemon refused an exec because the sandbox already has
+    /// its most execs in flight (S003).
+    pub(crate) fn is_exec_cap(&self) -> bool {
+        self.s_code() == Some("S003")
+    }
+
+    /// Whether an exec failed because its VM is no more: it disconnected
+    /// mid-run or cannot be reached (S300), or the daemon dropped it.
+    pub(crate) fn shows_vm_gone(&self) -> bool {
+        self.s_code() == Some("S300") || self.is_gone()
+    }
+
     /// Whether the daemon refused for lack of capacity.
     pub(crate) fn is_capacity(&self) -> bool {
         matches!(self.outcome(), Outcome::Capacity { .. })

@@ -256,6 +256,51 @@ async fn malformed_requests_are_invalid_and_harmless() {
     h.finish(0).await;
 }
 
+/// A one-shot run answers once its VM is gone, not once the daemon has slept
+/// its stop grace: by the answer, a process the run left behind is dead
+/// (the VM ended), while the daemon's entry still waits out a 3 s grace.
+#[rstest::rstest]
+#[case::python(
+    "python",
+    "import subprocess\nsubprocess.Popen(['sleep', '{m}'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)\nprint('left')"
+)]
+#[case::node(
+    "node",
+    "import { spawn } from 'node:child_process';\nspawn('sleep', ['{m}'], { detached: true, stdio: 'ignore' }).unref();\nconsole.log('left');"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_shot_answers_with_its_vm_gone_before_the_stop_grace_ends(
+    #[case] lang: &str,
+    #[case] code: &str,
+) {
+    let limits = code_runner_conformance::standin::sandbox_double::SandboxLimits {
+        stop_grace_ms: 3_000,
+        ..common::test_limits()
+    };
+    let h = Harness::start_with("warm_pool: 0\n", limits).await;
+    let marker = format!("3{}.{}", std::process::id(), lang.len());
+    let out = h
+        .run(json!({"lang": lang, "code": code.replace("{m}", &marker)}))
+        .await
+        .unwrap();
+    assert_eq!(out["stdout"], "left\n");
+    assert!(
+        pids_with(&format!("sleep {marker}")).is_empty(),
+        "what the run left behind died with its VM before the answer"
+    );
+    assert_eq!(
+        h.live_sandboxes(),
+        1,
+        "the answer came while the daemon still slept its stop grace"
+    );
+    let stopped = wait_for(Duration::from_secs(30), || async {
+        h.live_sandboxes() == 0
+    })
+    .await;
+    assert!(stopped, "the stop finished after the answer");
+    h.finish(0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_warm_pool_serves_runs_and_dies_with_the_worker() {
     let h = Harness::start("warm_pool: 1\noneshot_stop: background\n").await;

@@ -614,14 +614,15 @@ async fn metered_run(w: &World, payload: Value) -> Value {
 
 #[tokio::test]
 async fn calls_per_operation_are_pinned() {
-    // Without a pool: create + exec + stop, nothing more.
+    // Without a pool: create + exec + the VM's lifeline + stop, nothing more.
     let w = world();
     metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
-    assert_eq!(counts(&w, "run"), (1, 3, 0));
-    // Reuse: one exec.
+    assert_eq!(counts(&w, "run"), (1, 4, 0));
+    // A kept run: create + exec, no lifeline; reuse: one exec.
     let kept = metered_run(&w, json!({"lang": "python", "code": "x", "keep": true})).await;
     metered_run(&w, json!({"runtime_id": kept["runtime_id"], "code": "x"})).await;
-    assert_eq!(stats(&w)["run"]["sandbox_calls"], 3 + 2 + 1);
+    assert_eq!(stats(&w)["run"]["sandbox_calls"], 4 + 2 + 1);
+    assert_eq!(w.sandbox.lifelines(), 1, "only the one-shot run has one");
     // A handler call: one exec.
     register_double(&w).await;
     w.bus.call_published("a::f", json!({"n": 1})).await.unwrap();
@@ -649,8 +650,9 @@ async fn a_warm_vm_serves_one_run_and_the_pool_refills() {
     assert!(eventually(|| w.manager.pool_ready(Lang::Node) == 1).await);
     let out = metered_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
     assert_eq!(out["stdout"], "4\n");
-    // The caller's path: exec + stop; the boot was paid by the pool.
-    assert_eq!(stats(&w)["run"]["sandbox_calls"], 2);
+    // The caller's path: exec, its VM's lifeline, stop; the boot was paid
+    // by the pool.
+    assert_eq!(stats(&w)["run"]["sandbox_calls"], 3);
     assert!(
         eventually(|| w.manager.pool_ready(Lang::Python) == 1).await,
         "refilled"
@@ -918,4 +920,173 @@ async fn a_pooled_vm_warmed_after_the_capture_is_planted_too() {
         "the refill is planted too"
     );
     w.manager.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// One-shot stops: the answer waits until the VM is gone, not for the grace
+// ---------------------------------------------------------------------------
+
+/// The fake's VM ids are numbered from 1 in creation order.
+fn nth_vm(n: usize) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+fn oneshot_world(stop: sandbox_code_runner::config::OneshotStop) -> World {
+    world_with(Config {
+        warm_pool: 0,
+        prestart: false,
+        oneshot_stop: stop,
+        ..Config::default()
+    })
+}
+
+async fn spawn_run(
+    w: &World,
+    payload: Value,
+) -> tokio::task::JoinHandle<Result<Value, WorkerError>> {
+    let m = w.manager.clone();
+    tokio::spawn(async move {
+        functions::run::handle(&m, &Caller::Trusted, payload)
+            .await
+            .map(|r| serde_json::to_value(r).unwrap())
+    })
+}
+
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 5 s"))
+}
+
+#[tokio::test]
+async fn a_one_shot_answers_once_its_vm_is_gone_and_its_stop_finishes_after() {
+    use sandbox_code_runner::config::OneshotStop;
+    let w = oneshot_world(OneshotStop::BeforeResponse);
+    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
+    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    within("the stop starts", entered.notified()).await;
+    let out = within("the answer, while the daemon still sleeps its grace", run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out["stdout"], "4\n");
+    assert_eq!(w.sandbox.lifelines(), 1);
+    assert_eq!(
+        w.sandbox.live(),
+        1,
+        "the daemon's entry lingers until its stop returns"
+    );
+    release.notify_one();
+    assert!(
+        eventually(|| w.sandbox.live() == 0).await,
+        "the stop finishes"
+    );
+    let r = w.manager.shutdown().await;
+    assert_eq!(
+        w.sandbox.ops().iter().filter(|o| *o == "stop").count(),
+        1,
+        "{r:?}: stopped once"
+    );
+}
+
+#[tokio::test]
+async fn stop_confirmed_answers_only_once_the_daemon_confirms() {
+    use sandbox_code_runner::config::OneshotStop;
+    let w = oneshot_world(OneshotStop::StopConfirmed);
+    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
+    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    within("the stop starts", entered.notified()).await;
+    assert!(!run.is_finished(), "no answer while the stop is held");
+    release.notify_one();
+    within("the answer", run).await.unwrap().unwrap();
+    assert_eq!(w.sandbox.live(), 0, "the entry went before the answer");
+    assert_eq!(w.sandbox.lifelines(), 0, "no lifeline in this mode");
+}
+
+#[rstest]
+#[case::killed_by_the_run(true, false)]
+#[case::refused_by_the_daemon(false, true)]
+#[tokio::test]
+async fn a_lifeline_that_ended_otherwise_proves_nothing(
+    #[case] killed: bool,
+    #[case] refused: bool,
+) {
+    use sandbox_code_runner::config::OneshotStop;
+    let w = oneshot_world(OneshotStop::BeforeResponse);
+    w.sandbox.lifeline_killed.store(killed, Ordering::SeqCst);
+    w.sandbox.lifeline_refused.store(refused, Ordering::SeqCst);
+    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
+    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    within("the stop starts", entered.notified()).await;
+    assert!(!run.is_finished(), "the answer waits for the stop");
+    release.notify_one();
+    within("the answer", run).await.unwrap().unwrap();
+    assert_eq!(w.sandbox.live(), 0);
+    // Refused once (one exec slot per sandbox): no lifeline is tried again.
+    run_ok(&w).await;
+    assert_eq!(w.sandbox.lifelines(), if refused { 1 } else { 2 });
+}
+
+async fn run_ok(w: &World) {
+    let out = run(w, json!({"lang": "python", "code": "print(2+2)"}))
+        .await
+        .expect("a one-shot run");
+    assert_eq!(out["stdout"], "4\n");
+}
+
+#[tokio::test]
+async fn a_run_refused_beside_its_lifeline_runs_again_without_lifelines() {
+    let w = world();
+    let refusals = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = refusals.clone();
+    w.sandbox.on_exec(move |_| {
+        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            Err(daemon("S003", "sandbox is at its exec concurrency cap"))
+        } else {
+            Ok(ok_out("4\n", 0))
+        }
+    });
+    run_ok(&w).await;
+    assert_eq!(
+        w.sandbox
+            .ops()
+            .iter()
+            .filter(|o| o.starts_with("create"))
+            .count(),
+        2,
+        "once more on a fresh VM"
+    );
+    assert_eq!(w.sandbox.live(), 0, "both VMs stopped");
+    run_ok(&w).await;
+    assert_eq!(
+        w.sandbox.lifelines(),
+        1,
+        "lifelines are off after the refusal"
+    );
+}
+
+#[tokio::test]
+async fn a_create_refused_while_an_own_stop_lingers_waits_for_that_stop() {
+    let w = world();
+    *w.sandbox.capacity.lock().unwrap() = Some(1);
+    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
+    run_ok(&w).await;
+    within("the stop is under way", entered.notified()).await;
+    let second = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    assert!(
+        eventually(|| w
+            .sandbox
+            .ops()
+            .iter()
+            .filter(|o| o.starts_with("create"))
+            .count()
+            == 2)
+        .await,
+        "the second run's create was refused"
+    );
+    assert!(!second.is_finished(), "it waits for the lingering stop");
+    release.notify_one();
+    let out = within("the second run", second).await.unwrap().unwrap();
+    assert_eq!(out["stdout"], "4\n");
+    assert_eq!(w.sandbox.live(), 0);
 }

@@ -739,6 +739,51 @@ async fn s003_at_the_exec_cap_and_s300_when_stopped_underneath() {
     h.finish().await;
 }
 
+/// The daemon's SIGTERM ends the VM process at once (its handler turns it
+/// into the VMM's exit); only the entry's removal waits out the grace. So an
+/// exec in flight fails as "disconnected mid-run" while the stop is still
+/// sleeping, and every process of the VM is gone by then.
+#[tokio::test]
+async fn a_stop_ends_the_vm_before_its_grace_and_the_entry_after() {
+    let h = harness(SandboxLimits {
+        stop_grace_ms: 3_000,
+        ..SandboxLimits::default()
+    })
+    .await;
+    let id = h.python().await;
+    let (marker, long) = h.sleeping(&id).await;
+    let stopping = {
+        let caller = h.caller.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            caller
+                .trigger(TriggerRequest {
+                    function_id: "sandbox::stop".into(),
+                    payload: json!({ "sandbox_id": id }),
+                    action: None,
+                    timeout_ms: Some(60_000),
+                })
+                .await
+        })
+    };
+    let err = tokio::time::timeout(Duration::from_millis(2_000), long)
+        .await
+        .expect("the exec in flight ends well inside the stop's 3 s grace")
+        .expect("join")
+        .expect_err("S300");
+    assert_s(&err, "S300", VM_GONE, Value::Null, Some(NOTE_PLATFORM));
+    assert!(pids_with(&marker).is_empty(), "the VM's processes are gone");
+    assert!(!stopping.is_finished(), "the stop still pays its grace");
+    assert!(
+        h.listed_entry(&id).await.is_some(),
+        "the entry stays until the grace is over"
+    );
+    let first = stopping.await.expect("join").expect("the stop succeeds");
+    assert_eq!(first, json!({ "sandbox_id": id, "stopped": true }));
+    assert!(h.listed_entry(&id).await.is_none(), "entry removed on stop");
+    h.finish().await;
+}
+
 // ---------------------------------------------------------------------------
 // S100, S400
 // ---------------------------------------------------------------------------

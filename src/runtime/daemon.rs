@@ -97,15 +97,20 @@ impl Manager {
         self.forget_waiting(sandbox_id);
     }
 
-    /// The stop of a one-shot VM: before the response (default), or after it.
-    pub(super) async fn stop_oneshot(&self, sandbox_id: String) {
+    /// The stop of a one-shot VM: the response waits until the VM is gone
+    /// (default), until the daemon confirms the stop, or not at all.
+    pub(super) async fn stop_oneshot(
+        &self,
+        sandbox_id: String,
+        line: Option<super::lifeline::Lifeline>,
+    ) {
         match (self.config.oneshot_stop, self.me.upgrade()) {
             (OneshotStop::Background, Some(me)) => {
                 // The stop is the run's cost in calls, not in the caller's wait.
                 charge(1, 0);
                 tokio::spawn(async move { me.stop_vm(&sandbox_id).await });
             }
-            _ => self.stop_vm(&sandbox_id).await,
+            _ => self.stop_until_gone(sandbox_id, line).await,
         }
     }
 

@@ -53,14 +53,21 @@ pub enum RunError {
 }
 
 impl RunError {
+    fn daemon_cause(&self) -> Option<&crate::sandbox::SandboxError> {
+        match self {
+            RunError::AcquireVm(d) | RunError::PrepareSdk(d) | RunError::Exec(d) => Some(&d.cause),
+            _ => None,
+        }
+    }
+
     /// The daemon no longer has the VM (it was reaped).
     pub(super) fn vm_gone(&self) -> bool {
-        match self {
-            RunError::AcquireVm(d) | RunError::PrepareSdk(d) | RunError::Exec(d) => {
-                d.cause.is_gone()
-            }
-            _ => false,
-        }
+        self.daemon_cause().is_some_and(|c| c.is_gone())
+    }
+
+    /// The daemon refused an exec: the sandbox had its most in flight.
+    pub(super) fn exec_cap(&self) -> bool {
+        self.daemon_cause().is_some_and(|c| c.is_exec_cap())
     }
 }
 

@@ -10,6 +10,7 @@
 //! - `run`: the `run` operation.
 //! - `publish`: `register_function`, up to publishing the handler.
 //! - `invoke`: one call of a published handler.
+//! - `lifeline`: one-shot stops that answer once the VM is gone.
 //! - `ready`: pre-started interpreters: the exec a call or run becomes.
 //! - `teardown`: teardown, expiry and the orphan sweep.
 //! - `inventory`: `list_runtimes` and lifecycle events.
@@ -36,6 +37,7 @@ mod errors;
 mod failure;
 mod inventory;
 mod invoke;
+mod lifeline;
 mod publish;
 mod python_sdk;
 mod ready;
@@ -83,6 +85,8 @@ pub struct Manager {
     python_sdk: crate::python_sdk::PySdkCache,
     /// The VMs with a pre-started interpreter waiting.
     ready: crate::prestart::Ready,
+    /// One-shot stops in flight, and whether lifelines are in use.
+    lifelines: lifeline::Lifelines,
     me: Weak<Manager>,
 }
 
@@ -111,6 +115,7 @@ impl Manager {
             stats: Stats::default(),
             python_sdk: Default::default(),
             ready: Default::default(),
+            lifelines: Default::default(),
             sandbox,
             bus,
             config,

@@ -57,13 +57,18 @@ impl Manager {
         // One token per run; a kept run's becomes its runtime's.
         let token = self.mint_guest_token(None, &admitted);
         let mut attempt = 0;
-        let (sandbox_id, out, sdk_in_vm) = loop {
+        let (sandbox_id, out, sdk_in_vm, line) = loop {
             attempt += 1;
             let vm = self
                 .acquire_vm(lang, uses_iii)
                 .await
                 .map_err(|e| RunError::AcquireVm(daemon(e)))?;
             let (sandbox_id, pooled) = (vm.id, vm.pooled);
+            let line = if keep {
+                None
+            } else {
+                self.lifeline(&sandbox_id)
+            };
             let outcome = async {
                 if uses_iii && !vm.sdk {
                     self.prepare_sdk(&sandbox_id, lang, true)
@@ -82,14 +87,21 @@ impl Manager {
             }
             .await;
             match outcome {
-                Ok(out) => break (sandbox_id, out, vm.sdk),
+                Ok(out) => break (sandbox_id, out, vm.sdk, line),
                 // A pooled VM reaped while it waited is replaced silently.
                 Err(e) if pooled && e.vm_gone() && attempt == 1 => {
                     lock(&self.state).gone(&sandbox_id);
                     continue;
                 }
-                Err(e) => {
+                // The daemon holds one exec per sandbox, and the lifeline
+                // took it: without lifelines, once more on another VM.
+                Err(e) if line.is_some() && e.exec_cap() && attempt == 1 => {
+                    self.lifelines.turn_off();
                     self.stop_vm(&sandbox_id).await;
+                    continue;
+                }
+                Err(e) => {
+                    self.stop_until_gone(sandbox_id, line).await;
                     return Err(e);
                 }
             }
@@ -123,7 +135,7 @@ impl Manager {
         if keep {
             self.stop_vm(&sandbox_id).await;
         } else {
-            self.stop_oneshot(sandbox_id).await;
+            self.stop_oneshot(sandbox_id, line).await;
         }
         Ok(self.response(out, None))
     }

@@ -38,6 +38,11 @@ impl Drop for RefillOnDrop {
     }
 }
 
+/// How long a create refused for capacity waits for this worker's own
+/// unconfirmed stops (each is the daemon's grace, ~200 ms) before it drains
+/// the pool.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
 /// How often the warm pool is topped up without traffic.
 const POOL_MAINTENANCE: Duration = Duration::from_secs(2);
 
@@ -81,15 +86,33 @@ impl Manager {
             _refill: refill(),
         };
         match self.create_vm(lang).await {
-            Err(e) if e.is_capacity() => {
-                if self.drain_pool().await == 0 {
-                    self.refill(lang);
-                    return Err(e);
+            // A one-shot answered once its VM was gone; the daemon may still
+            // count it for the rest of its stop's grace.
+            Err(e) if e.is_capacity() && self.lifelines.stops_pending() => {
+                self.lifelines.stops_confirmed(STOP_PATIENCE).await;
+                match self.create_vm(lang).await {
+                    Err(e) if e.is_capacity() => self.create_after_draining(lang, e).await,
+                    other => other,
                 }
-                self.create_vm(lang).await.map(fresh)
+                .map(fresh)
             }
+            Err(e) if e.is_capacity() => self.create_after_draining(lang, e).await.map(fresh),
             other => other.map(fresh),
         }
+    }
+
+    /// A fresh VM once the warm pool has given its VMs back; `e` (the
+    /// daemon's capacity refusal) when the pool held none.
+    async fn create_after_draining(
+        &self,
+        lang: Lang,
+        e: SandboxError,
+    ) -> Result<String, SandboxError> {
+        if self.drain_pool().await == 0 {
+            self.refill(lang);
+            return Err(e);
+        }
+        self.create_vm(lang).await
     }
 
     /// Tops the pool of `lang` up in the background.

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +39,15 @@ pub struct FakeSandbox {
     pub max_in_flight: AtomicUsize,
     /// A stop to hold until released: (sandbox id, entered, release).
     held_stop: Mutex<Option<HeldStop>>,
+    /// Lifelines started: kept out of `ops`, whose order they do not share.
+    lifelines: AtomicUsize,
+    /// Lifelines end at once with exit 137, as if the run's code killed them.
+    pub lifeline_killed: AtomicBool,
+    /// Lifelines are refused with S003, as on a daemon with one exec slot.
+    pub lifeline_refused: AtomicBool,
+    /// VMs a stop has ended (their entries may linger until it returns).
+    ended: Mutex<HashSet<String>>,
+    vm_ended: tokio::sync::Notify,
 }
 
 type HeldStop = (String, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
@@ -101,6 +110,11 @@ impl FakeSandbox {
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             held_stop: Mutex::new(None),
+            lifelines: AtomicUsize::new(0),
+            lifeline_killed: AtomicBool::new(false),
+            lifeline_refused: AtomicBool::new(false),
+            ended: Mutex::new(HashSet::new()),
+            vm_ended: tokio::sync::Notify::new(),
         })
     }
 
@@ -143,6 +157,46 @@ impl FakeSandbox {
 
     pub fn reap_all(&self) {
         self.live.lock().unwrap().clear();
+        self.vm_ended.notify_waiters();
+    }
+
+    /// A one-shot VM's lifeline (`sleep`): in flight until a stop ends the
+    /// VM, then failed as the daemon fails an exec whose VM disconnected.
+    /// Counted in [`FakeSandbox::lifelines`], not in `ops` or
+    /// `max_in_flight`: it runs beside the worker's calls, in no order.
+    async fn lifeline(&self, id: &str) -> Result<ExecOutput, SandboxError> {
+        self.lifelines.fetch_add(1, Ordering::SeqCst);
+        self.check_live(id)?;
+        if self.lifeline_refused.load(Ordering::SeqCst) {
+            return Err(daemon(
+                "S003",
+                &format!(
+                    "sandbox {id} is at its exec concurrency cap (max_concurrent_exec_per_sandbox)"
+                ),
+            ));
+        }
+        if self.lifeline_killed.load(Ordering::SeqCst) {
+            return Ok(ok_out("", 137));
+        }
+        loop {
+            let ended = self.vm_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.ended.lock().unwrap().contains(id)
+                || !self.live.lock().unwrap().contains_key(id)
+            {
+                return Err(daemon(
+                    "S300",
+                    "VM boot failed: shell run: session terminated: vm disconnected mid-run",
+                ));
+            }
+            ended.await;
+        }
+    }
+
+    /// How many lifelines were started.
+    pub fn lifelines(&self) -> usize {
+        self.lifelines.load(Ordering::SeqCst)
     }
 
     fn check_live(&self, id: &str) -> Result<(), SandboxError> {
@@ -184,6 +238,9 @@ impl SandboxApi for FakeSandbox {
     }
 
     async fn exec(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        if p.argv.first().is_some_and(|a| a == "sleep") {
+            return self.lifeline(id).await;
+        }
         self.record("exec".into());
         self.check_live(id)?;
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -208,6 +265,11 @@ impl SandboxApi for FakeSandbox {
                 _ => None,
             }
         };
+        self.check_live(id)?;
+        // The SIGTERM ends the VM at once; the entry goes after the grace
+        // (here: while the stop is held).
+        self.ended.lock().unwrap().insert(id.to_string());
+        self.vm_ended.notify_waiters();
         if let Some((_, entered, release)) = held {
             entered.notify_one();
             release.notified().await;

@@ -355,20 +355,20 @@ impl Registry {
         }
     }
 
-    /// The daemon's stop sequence on a claimed sandbox: the grace, SIGKILL
-    /// of the whole sandbox (every exec and every process that outlived
-    /// one), wait until they are gone, delete the scratch directory, remove
-    /// the entry. The grace is always paid, as on the daemon, whatever the
-    /// sandbox was doing. Guest processes see no SIGTERM (nor did they
-    /// before: it went to a namespace's init, which had no handler for it).
+    /// The daemon's stop sequence on a claimed sandbox. Its SIGTERM ends
+    /// the VM at once (the VM process turns it into the VMM's exit), so the
+    /// whole sandbox is killed first: every exec in flight fails as on a VM
+    /// that disconnected mid-run, and every process that outlived one dies.
+    /// Then the fixed grace, paid whatever the sandbox was doing; then the
+    /// scratch directory is deleted and the entry removed.
     pub(crate) async fn finish_stop(&self, work: StopWork, grace: Duration) {
         for p in &work.procs {
             p.mark_stopped();
         }
-        tokio::time::sleep(grace).await;
         if !work.vm.kill_and_wait(KILL_PATIENCE).await {
             tracing::warn!(sandbox_id = %work.id, "a sandbox's processes outlived SIGKILL");
         }
+        tokio::time::sleep(grace).await;
         // An exec admitted before the claim but spawned after it kills its
         // own process (attach_proc refuses); wait for it before deleting.
         self.wait_execs_drained(work.id, KILL_PATIENCE).await;
