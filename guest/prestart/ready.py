@@ -6,8 +6,8 @@
 # The worker prepends `_WRAPPERS = [<wrapper source>, ...]`: the wrappers a
 # call may run. The server imports what they use and the iii SDK module
 # (when it is planted), and runs each wrapper's definitions (everything but
-# its last line, `_main()`); it connects nothing, holds no token, and never
-# runs a call itself. For each request line `<relay pid> <budget ms>` that
+# its last line, `_main()`), then writes <dir>/warm; it connects nothing,
+# holds no token, and never runs a call itself. For each request line `<relay pid> <budget ms>` that
 # arrives on fd 3 (relay_fork.sh) it forks a child and waits for it, up to
 # the budget. So every call gets a fresh process, with nothing of any
 # earlier call in it, without paying the interpreter's start, the SDK's
@@ -78,6 +78,9 @@ def _ready(wrappers):
     # collections never walk (and so never copy) the server's pages.
     gc.collect()
     gc.freeze()
+    # All it loads ahead is loaded: `warm`, as a node interpreter says it
+    # (nothing waits on it here; a call that came sooner waited on `in`).
+    open(os.path.join(d, "warm"), "w").close()
 
     life = os.path.join(d, "life")
     os.set_inheritable(4, False)  # `life` ends with the call, not with its children
