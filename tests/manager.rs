@@ -730,16 +730,7 @@ async fn a_pool_that_could_not_fill_recovers_without_traffic() {
     *w.sandbox.capacity.lock().unwrap() = Some(0);
     w.manager.start_pool();
     // Every refill is refused while the daemon is full.
-    assert!(
-        eventually(|| w
-            .sandbox
-            .ops()
-            .iter()
-            .filter(|o| o.starts_with("create"))
-            .count()
-            >= 2)
-        .await
-    );
+    assert!(eventually(|| w.sandbox.creates() >= 2).await);
     assert_eq!(w.manager.pool_ready(Lang::Node), 0);
     *w.sandbox.capacity.lock().unwrap() = None;
     // The maintenance tick is 2 s: allow a few of them.
@@ -958,13 +949,25 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: no answer within 5 s"))
 }
 
+/// A one-shot run of the first VM, spawned; returns once the daemon's stop
+/// of that VM has started and is held (release it with the notify).
+async fn run_until_its_stop_is_held(
+    w: &World,
+) -> (
+    tokio::task::JoinHandle<Result<Value, WorkerError>>,
+    Arc<tokio::sync::Notify>,
+) {
+    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
+    let run = spawn_run(w, json!({"lang": "python", "code": "print(2+2)"})).await;
+    within("the stop starts", entered.notified()).await;
+    (run, release)
+}
+
 #[tokio::test]
 async fn a_one_shot_answers_once_its_vm_is_gone_and_its_stop_finishes_after() {
     use sandbox_code_runner::config::OneshotStop;
     let w = oneshot_world(OneshotStop::BeforeResponse);
-    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
-    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
-    within("the stop starts", entered.notified()).await;
+    let (run, release) = run_until_its_stop_is_held(&w).await;
     let out = within("the answer, while the daemon still sleeps its grace", run)
         .await
         .unwrap()
@@ -993,9 +996,7 @@ async fn a_one_shot_answers_once_its_vm_is_gone_and_its_stop_finishes_after() {
 async fn stop_confirmed_answers_only_once_the_daemon_confirms() {
     use sandbox_code_runner::config::OneshotStop;
     let w = oneshot_world(OneshotStop::StopConfirmed);
-    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
-    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
-    within("the stop starts", entered.notified()).await;
+    let (run, release) = run_until_its_stop_is_held(&w).await;
     assert!(!run.is_finished(), "no answer while the stop is held");
     release.notify_one();
     within("the answer", run).await.unwrap().unwrap();
@@ -1015,9 +1016,7 @@ async fn a_lifeline_that_ended_otherwise_proves_nothing(
     let w = oneshot_world(OneshotStop::BeforeResponse);
     w.sandbox.lifeline_killed.store(killed, Ordering::SeqCst);
     w.sandbox.lifeline_refused.store(refused, Ordering::SeqCst);
-    let (entered, release) = w.sandbox.hold_next_stop(&nth_vm(1));
-    let run = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
-    within("the stop starts", entered.notified()).await;
+    let (run, release) = run_until_its_stop_is_held(&w).await;
     assert!(!run.is_finished(), "the answer waits for the stop");
     release.notify_one();
     within("the answer", run).await.unwrap().unwrap();
@@ -1047,15 +1046,7 @@ async fn a_run_refused_beside_its_lifeline_runs_again_without_lifelines() {
         }
     });
     run_ok(&w).await;
-    assert_eq!(
-        w.sandbox
-            .ops()
-            .iter()
-            .filter(|o| o.starts_with("create"))
-            .count(),
-        2,
-        "once more on a fresh VM"
-    );
+    assert_eq!(w.sandbox.creates(), 2, "once more on a fresh VM");
     assert_eq!(w.sandbox.live(), 0, "both VMs stopped");
     run_ok(&w).await;
     assert_eq!(
@@ -1074,14 +1065,7 @@ async fn a_create_refused_while_an_own_stop_lingers_waits_for_that_stop() {
     within("the stop is under way", entered.notified()).await;
     let second = spawn_run(&w, json!({"lang": "python", "code": "print(2+2)"})).await;
     assert!(
-        eventually(|| w
-            .sandbox
-            .ops()
-            .iter()
-            .filter(|o| o.starts_with("create"))
-            .count()
-            == 2)
-        .await,
+        eventually(|| w.sandbox.creates() == 2).await,
         "the second run's create was refused"
     );
     assert!(!second.is_finished(), "it waits for the lingering stop");

@@ -179,6 +179,22 @@ impl Harness {
         (marker, call)
     }
 
+    /// A `sandbox::stop` of `id`, under way in its own task.
+    fn spawn_stop(&self, id: &str) -> JoinHandle<Result<Value, Error>> {
+        let caller = self.caller.clone();
+        let payload = json!({ "sandbox_id": id });
+        tokio::spawn(async move {
+            caller
+                .trigger(TriggerRequest {
+                    function_id: "sandbox::stop".into(),
+                    payload,
+                    action: None,
+                    timeout_ms: Some(60_000),
+                })
+                .await
+        })
+    }
+
     async fn finish(mut self) {
         self.caller.shutdown_async().await;
         if let Some(d) = self.double.take() {
@@ -641,20 +657,7 @@ async fn s004_while_a_stop_is_in_progress() {
     })
     .await;
     let id = h.python().await;
-    let stopping = {
-        let caller = h.caller.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            caller
-                .trigger(TriggerRequest {
-                    function_id: "sandbox::stop".into(),
-                    payload: json!({ "sandbox_id": id }),
-                    action: None,
-                    timeout_ms: Some(60_000),
-                })
-                .await
-        })
-    };
+    let stopping = h.spawn_stop(&id);
     let marked = wait_for(Duration::from_secs(10), || async {
         h.listed_entry(&id)
             .await
@@ -752,20 +755,7 @@ async fn a_stop_ends_the_vm_before_its_grace_and_the_entry_after() {
     .await;
     let id = h.python().await;
     let (marker, long) = h.sleeping(&id).await;
-    let stopping = {
-        let caller = h.caller.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            caller
-                .trigger(TriggerRequest {
-                    function_id: "sandbox::stop".into(),
-                    payload: json!({ "sandbox_id": id }),
-                    action: None,
-                    timeout_ms: Some(60_000),
-                })
-                .await
-        })
-    };
+    let stopping = h.spawn_stop(&id);
     let err = tokio::time::timeout(Duration::from_millis(2_000), long)
         .await
         .expect("the exec in flight ends well inside the stop's 3 s grace")

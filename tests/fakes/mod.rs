@@ -194,6 +194,14 @@ impl FakeSandbox {
         }
     }
 
+    /// How many creates were asked for (refused ones included).
+    pub fn creates(&self) -> usize {
+        self.ops()
+            .iter()
+            .filter(|o| o.starts_with("create"))
+            .count()
+    }
+
     /// How many lifelines were started.
     pub fn lifelines(&self) -> usize {
         self.lifelines.load(Ordering::SeqCst)
