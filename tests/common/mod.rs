@@ -214,6 +214,12 @@ impl Harness {
     /// Ends the test: no sandbox beyond `kept` is left, and no runtime id
     /// reached the worker's log.
     pub async fn finish(mut self, kept: usize) {
+        // A one-shot answers once its VM is gone; the daemon's stop (its
+        // entry's removal) may still be finishing.
+        wait_for(Duration::from_secs(20), || async {
+            self.live_sandboxes() <= kept
+        })
+        .await;
         let live = self.live_sandboxes();
         assert_eq!(live, kept, "sandboxes left behind; log:\n{}", self.log());
         if self.worker.as_ref().is_some_and(WorkerProcess::is_running) {
