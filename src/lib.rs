@@ -16,6 +16,7 @@ pub mod guest_listener;
 pub mod ids;
 pub mod metering;
 pub mod nodelay;
+mod notified;
 pub mod pool;
 pub mod prestart;
 pub mod python_sdk;

@@ -139,16 +139,10 @@ impl WarmPool {
 
     /// Waits until no VM is warming (after `close`, for a complete shutdown).
     pub async fn settle(&self, deadline: std::time::Duration) {
-        let until = tokio::time::Instant::now() + deadline;
-        loop {
-            let notified = self.settled.notified();
-            if self.lock().warming.values().all(|w| *w == 0) {
-                return;
-            }
-            if tokio::time::timeout_at(until, notified).await.is_err() {
-                return;
-            }
-        }
+        crate::notified::until(&self.settled, deadline, || {
+            self.lock().warming.values().all(|w| *w == 0)
+        })
+        .await;
     }
 
     /// VMs of `lang` being booted for the pool right now.

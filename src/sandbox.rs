@@ -51,6 +51,11 @@ pub(crate) enum Outcome<'a> {
     Gone { code: &'a str, message: &'a str },
     /// The daemon has no room for another VM (S400).
     Capacity { code: &'a str, message: &'a str },
+    /// The sandbox already has its most execs in flight (S003).
+    ExecCap { code: &'a str, message: &'a str },
+    /// The VM cannot be reached or disconnected mid-exec (S300): it is no
+    /// more, or never booted.
+    VmDown { code: &'a str, message: &'a str },
     /// The exec ran out of its budget (S200).
     Timeout,
     /// Any other refusal of the daemon.
@@ -80,6 +85,8 @@ impl SandboxError {
             SandboxError::Daemon { code, message, .. } => match code.as_str() {
                 "S002" | "S004" => Outcome::Gone { code, message },
                 "S400" => Outcome::Capacity { code, message },
+                "S003" => Outcome::ExecCap { code, message },
+                "S300" => Outcome::VmDown { code, message },
                 "S200" => Outcome::Timeout,
                 _ => Outcome::Refused { code, message },
             },
@@ -95,13 +102,16 @@ impl SandboxError {
     /// Whether the daemon refused an exec because the sandbox already has
     /// its most execs in flight (S003).
     pub(crate) fn is_exec_cap(&self) -> bool {
-        self.s_code() == Some("S003")
+        matches!(self.outcome(), Outcome::ExecCap { .. })
     }
 
     /// Whether an exec failed because its VM is no more: it disconnected
     /// mid-run or cannot be reached (S300), or the daemon dropped it.
     pub(crate) fn shows_vm_gone(&self) -> bool {
-        self.s_code() == Some("S300") || self.is_gone()
+        matches!(
+            self.outcome(),
+            Outcome::VmDown { .. } | Outcome::Gone { .. }
+        )
     }
 
     /// Whether the daemon refused for lack of capacity.
@@ -495,6 +505,10 @@ mod tests {
         assert!(daemon("S002").is_gone());
         assert!(daemon("S004").is_gone());
         assert!(daemon("S400").is_capacity());
+        assert!(daemon("S003").is_exec_cap());
+        assert!(daemon("S300").shows_vm_gone());
+        assert!(daemon("S002").shows_vm_gone());
+        assert!(!daemon("S100").shows_vm_gone() && !daemon("S100").is_exec_cap());
         assert_eq!(daemon("S200").outcome(), Outcome::Timeout);
         assert_eq!(
             daemon("S100").outcome(),

@@ -20,7 +20,10 @@ pub(super) fn infra_error(e: SandboxError, budget_ms: u64) -> WorkerError {
         Outcome::Capacity { code, message } => {
             WorkerError::Capacity(format!("iii-sandbox {code}: {}", redact_uuids(message)))
         }
-        Outcome::Gone { code, message } | Outcome::Refused { code, message } => {
+        Outcome::Gone { code, message }
+        | Outcome::ExecCap { code, message }
+        | Outcome::VmDown { code, message }
+        | Outcome::Refused { code, message } => {
             WorkerError::Engine(format!("iii-sandbox {code}: {}", redact_uuids(message)))
         }
         Outcome::Bus(b) => WorkerError::Engine(format!(

@@ -37,12 +37,10 @@ const LIFELINE_SECS: u64 = 290;
 /// The lifeline exec's own budget: the daemon's `max_exec_timeout_ms`.
 const LIFELINE_TIMEOUT_MS: u64 = 300_000;
 
-/// One one-shot VM's lifeline.
+/// One one-shot VM's lifeline: how its exec ended, `true` when it failed
+/// as a VM that is gone. One that has ended before the stop is sent shows
+/// nothing about the stop.
 pub(super) struct Lifeline {
-    /// Set just before the stop is sent: only a failure seen after it shows
-    /// that the stop ended the VM.
-    stopping: Arc<AtomicBool>,
-    /// `true` once the lifeline failed as a VM that is gone, after `stopping`.
     ended: oneshot::Receiver<bool>,
 }
 
@@ -56,8 +54,15 @@ pub(crate) struct Lifelines {
     off: AtomicBool,
 }
 
-/// Counts a stop as pending until it is dropped.
+/// Counts a stop as pending from its creation until it is dropped.
 struct PendingStop(Arc<Manager>);
+
+impl PendingStop {
+    fn new(me: Arc<Manager>) -> PendingStop {
+        me.lifelines.stops_pending.fetch_add(1, Ordering::SeqCst);
+        PendingStop(me)
+    }
+}
 
 impl Drop for PendingStop {
     fn drop(&mut self) {
@@ -86,18 +91,7 @@ impl Lifelines {
 
     /// Waits, up to `patience`, until every pending stop is confirmed.
     pub(super) async fn stops_confirmed(&self, patience: std::time::Duration) {
-        let deadline = tokio::time::Instant::now() + patience;
-        loop {
-            let confirmed = self.stop_confirmed.notified();
-            tokio::pin!(confirmed);
-            confirmed.as_mut().enable();
-            if !self.stops_pending() {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, confirmed).await.is_err() {
-                return;
-            }
-        }
+        crate::notified::until(&self.stop_confirmed, patience, || !self.stops_pending()).await;
     }
 }
 
@@ -120,9 +114,8 @@ impl Manager {
         }
         let me = self.me.upgrade()?;
         charge(1, 0);
-        let stopping = Arc::new(AtomicBool::new(false));
         let (tx, ended) = oneshot::channel();
-        let (id, seen) = (sandbox_id.to_string(), stopping.clone());
+        let id = sandbox_id.to_string();
         tokio::spawn(async move {
             let out = me.sandbox.exec(&id, lifeline_exec()).await;
             let gone = match &out {
@@ -130,32 +123,35 @@ impl Manager {
                     me.lifelines.turn_off();
                     false
                 }
-                Err(e) => seen.load(Ordering::SeqCst) && e.shows_vm_gone(),
+                Err(e) => e.shows_vm_gone(),
                 Ok(_) => false,
             };
             let _ = tx.send(gone);
         });
-        Some(Lifeline { stopping, ended })
+        Some(Lifeline { ended })
     }
 
     /// Stops a one-shot VM and returns once it is gone: when the daemon
     /// confirms the stop, or sooner when the VM's lifeline shows it ended.
     pub(super) async fn stop_until_gone(&self, sandbox_id: String, line: Option<Lifeline>) {
-        let (Some(line), Some(me)) = (line, self.me.upgrade()) else {
+        // Still in flight now, before the stop is sent: its end, if it
+        // fails as a VM gone, is the stop's doing.
+        let in_flight = line.and_then(|Lifeline { mut ended }| {
+            matches!(ended.try_recv(), Err(oneshot::error::TryRecvError::Empty)).then_some(ended)
+        });
+        let (Some(ended), Some(me)) = (in_flight, self.me.upgrade()) else {
             return self.stop_vm(&sandbox_id).await;
         };
-        line.stopping.store(true, Ordering::SeqCst);
         charge(1, 0);
         let start = Instant::now();
-        self.lifelines.stops_pending.fetch_add(1, Ordering::SeqCst);
-        let pending = PendingStop(me.clone());
+        let pending = PendingStop::new(me.clone());
         let mut stop = tokio::spawn(async move {
             let _pending = pending;
             me.stop_vm(&sandbox_id).await
         });
         tokio::select! {
             _ = &mut stop => {}
-            Ok(true) = line.ended => {}
+            Ok(true) = ended => {}
         }
         charge_wait(start.elapsed());
     }

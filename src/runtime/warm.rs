@@ -86,31 +86,33 @@ impl Manager {
             _refill: refill(),
         };
         match self.create_vm(lang).await {
-            // A one-shot answered once its VM was gone; the daemon may still
-            // count it for the rest of its stop's grace.
-            Err(e) if e.is_capacity() && self.lifelines.stops_pending() => {
-                self.lifelines.stops_confirmed(STOP_PATIENCE).await;
-                match self.create_vm(lang).await {
-                    Err(e) if e.is_capacity() => self.create_after_draining(lang, e).await,
-                    other => other,
-                }
-                .map(fresh)
-            }
-            Err(e) if e.is_capacity() => self.create_after_draining(lang, e).await.map(fresh),
+            Err(e) if e.is_capacity() => self.create_under_pressure(lang, e).await.map(fresh),
             other => other.map(fresh),
         }
     }
 
-    /// A fresh VM once the warm pool has given its VMs back; `e` (the
-    /// daemon's capacity refusal) when the pool held none.
-    async fn create_after_draining(
+    /// A fresh VM after a create was refused for capacity (`refused`): once
+    /// this worker's own unconfirmed stops are through (a one-shot answered
+    /// once its VM was gone; the daemon may count it for the rest of its
+    /// stop's grace), then once the warm pool has given its VMs back. The
+    /// refusal when the pool held none.
+    async fn create_under_pressure(
         &self,
         lang: Lang,
-        e: SandboxError,
+        refused: SandboxError,
     ) -> Result<String, SandboxError> {
+        let refused = if self.lifelines.stops_pending() {
+            self.lifelines.stops_confirmed(STOP_PATIENCE).await;
+            match self.create_vm(lang).await {
+                Err(e) if e.is_capacity() => e,
+                other => return other,
+            }
+        } else {
+            refused
+        };
         if self.drain_pool().await == 0 {
             self.refill(lang);
-            return Err(e);
+            return Err(refused);
         }
         self.create_vm(lang).await
     }
