@@ -262,6 +262,31 @@ async fn oneshot(side: &Side, code: &str, warm: bool) -> f64 {
     .await
 }
 
+/// The paired ratio of one-shot runs of `code` on side `a` over side `b`
+/// (each with whether to wait for its pooled interpreter to be warm), after
+/// three untimed rounds of each.
+async fn oneshot_ratio(
+    id: &str,
+    limit: f64,
+    rounds: usize,
+    code: &str,
+    (a, a_warm): (&Side, bool),
+    (b, b_warm): (&Side, bool),
+) {
+    for _ in 0..3 {
+        oneshot(a, code, a_warm).await;
+        oneshot(b, code, b_warm).await;
+    }
+    paired_ratio(
+        id,
+        limit,
+        rounds,
+        || oneshot(a, code, a_warm),
+        || oneshot(b, code, b_warm),
+    )
+    .await;
+}
+
 /// The `prestart` group.
 pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
     if !matches!(target, Target::Hermetic(_)) {
@@ -367,29 +392,25 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
     // waits (untimed) until each side's pool holds a VM again, prepared as
     // that side prepares it (the prestarted side's interpreter warm).
     let code = format!("print(iii.trigger({{'function_id': '{PONG}', 'payload': {{'n': 1}}}}))");
-    rt.block_on(async {
-        for _ in 0..3 {
-            oneshot(&with, &code, true).await;
-            oneshot(&without, &code, false).await;
-        }
-    });
-    rt.block_on(paired_ratio(
+    let rounds = (n / 3).max(10);
+    let ratio = |id: &str, limit: f64, a: (&Side, bool), b: (&Side, bool)| {
+        rt.block_on(oneshot_ratio(id, limit, rounds, &code, a, b))
+    };
+    ratio(
         "oneshot_pooled_prestarted_iii/python",
         0.3,
-        (n / 3).max(10),
-        || oneshot(&with, &code, true),
-        || oneshot(&without, &code, false),
-    ));
+        (&with, true),
+        (&without, false),
+    );
     // The same, taken as soon as the pool holds the VM again, as a tight
     // loop of one-shots does: the interpreter may still be importing the
     // SDK (~0.3 s of CPU), and the run waits for it.
-    rt.block_on(paired_ratio(
+    ratio(
         "prestart/oneshot_pooled_prestarted_iii_at_refill/python",
         1.0,
-        (n / 3).max(10),
-        || oneshot(&with, &code, false),
-        || oneshot(&without, &code, false),
-    ));
+        (&with, false),
+        (&without, false),
+    );
     // Both sides answer with the VM gone, but today's waits for the daemon
     // to confirm the stop (its fixed 200 ms grace), where the design answers
     // once the VM's lifeline shows it ended. What pre-starting alone buys is
@@ -397,19 +418,12 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
     // its interpreter cold.
     rt.block_on(without.stop());
     let cold = rt.block_on(Side::start(COLD_SAME_STOP));
-    rt.block_on(async {
-        for _ in 0..3 {
-            oneshot(&with, &code, true).await;
-            oneshot(&cold, &code, false).await;
-        }
-    });
-    rt.block_on(paired_ratio(
+    ratio(
         "prestart/oneshot_pooled_prestarted_iii_same_stop/python",
         1.0,
-        (n / 3).max(10),
-        || oneshot(&with, &code, true),
-        || oneshot(&cold, &code, false),
-    ));
+        (&with, true),
+        (&cold, false),
+    );
     rt.block_on(async {
         with.stop().await;
         cold.stop().await;
