@@ -165,6 +165,15 @@ impl Side {
     }
 }
 
+/// Whether `lang`'s figures run: both unless `SCR_BENCH_LANGS` lists some
+/// (comma-separated), e.g. to profile one language's calls.
+fn lang_enabled(lang: Lang) -> bool {
+    match std::env::var("SCR_BENCH_LANGS") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').any(|l| l.trim() == lang.as_str()),
+        _ => true,
+    }
+}
+
 fn handler_source(lang: Lang, uses_iii: bool) -> String {
     match (lang, uses_iii) {
         (Lang::Python, false) => "def handler(payload):\n    return payload\n".into(),
@@ -297,6 +306,9 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
         rt.block_on(async { (Side::start(PRESTARTED).await, Side::start(TODAY).await) });
     let n = pairs(ROUNDS);
     for lang in [Lang::Python, Lang::Node] {
+        if !lang_enabled(lang) {
+            continue;
+        }
         for (uses_iii, group, limit) in [
             (false, "handler_prestarted", 0.3),
             (true, "handler_prestarted_iii", 0.1),
@@ -388,6 +400,13 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
             }
         }
     });
+    if !lang_enabled(Lang::Python) {
+        rt.block_on(async {
+            with.stop().await;
+            without.stop().await;
+        });
+        return;
+    }
     // A one-shot python run from the warm pool that uses `iii`: each round
     // waits (untimed) until each side's pool holds a VM again, prepared as
     // that side prepares it (the prestarted side's interpreter warm).
