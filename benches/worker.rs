@@ -344,14 +344,19 @@ fn main() {
         scaling::scaling(&mut c, &rt, &url, &client, &mut ids);
     }
     if group_enabled("handler_fan_in") {
-        scaling::handler_fan_in(&rt, &url, &client, "prestart: true\n", "handler_fan_in");
-        scaling::handler_fan_in(
-            &rt,
-            &url,
-            &client,
-            "prestart: false\n",
-            "handler_fan_in_cold",
-        );
+        // Python keeps the figures' old names; node's are suffixed.
+        for (lang, suffix) in [("python", ""), ("node", "_node")] {
+            if !lang_enabled(lang) {
+                continue;
+            }
+            for (config, label) in [
+                ("prestart: true\n", "handler_fan_in"),
+                ("prestart: false\n", "handler_fan_in_cold"),
+            ] {
+                let label = format!("{label}{suffix}");
+                scaling::handler_fan_in(&rt, &url, &client, config, &label, lang);
+            }
+        }
     }
     if group_enabled("kept_memory") {
         scaling::kept_memory(&rt, &url, &client);

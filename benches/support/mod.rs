@@ -201,6 +201,15 @@ pub fn group_enabled(name: &str) -> bool {
     }
 }
 
+/// Whether the `prestart` and `handler_fan_in` groups run `lang`'s figures:
+/// both languages' unless `SCR_BENCH_LANGS` lists some (comma-separated).
+pub fn lang_enabled(lang: &str) -> bool {
+    match std::env::var("SCR_BENCH_LANGS") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').any(|l| l.trim() == lang),
+        _ => true,
+    }
+}
+
 pub async fn call(
     client: &IIIClient,
     function_id: &str,

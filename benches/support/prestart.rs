@@ -165,15 +165,6 @@ impl Side {
     }
 }
 
-/// Whether `lang`'s figures run: both unless `SCR_BENCH_LANGS` lists some
-/// (comma-separated), e.g. to profile one language's calls.
-fn lang_enabled(lang: Lang) -> bool {
-    match std::env::var("SCR_BENCH_LANGS") {
-        Ok(list) if !list.trim().is_empty() => list.split(',').any(|l| l.trim() == lang.as_str()),
-        _ => true,
-    }
-}
-
 fn handler_source(lang: Lang, uses_iii: bool) -> String {
     match (lang, uses_iii) {
         (Lang::Python, false) => "def handler(payload):\n    return payload\n".into(),
@@ -306,7 +297,7 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
         rt.block_on(async { (Side::start(PRESTARTED).await, Side::start(TODAY).await) });
     let n = pairs(ROUNDS);
     for lang in [Lang::Python, Lang::Node] {
-        if !lang_enabled(lang) {
+        if !lang_enabled(lang.as_str()) {
             continue;
         }
         for (uses_iii, group, limit) in [
@@ -400,7 +391,7 @@ pub fn prestart(rt: &tokio::runtime::Runtime, target: &Target) {
             }
         }
     });
-    if !lang_enabled(Lang::Python) {
+    if !lang_enabled("python") {
         rt.block_on(async {
             with.stop().await;
             without.stop().await;

@@ -166,23 +166,29 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// 64 concurrent callers on one registered python function: p50 and p99
-/// of each call's latency (the runtime runs one call at a time).
+/// 64 concurrent callers on one registered function of `lang`: p50 and
+/// p99 of each call's latency (the runtime runs one call at a time, so
+/// this is also a tight loop of calls into one runtime).
 pub fn handler_fan_in(
     rt: &tokio::runtime::Runtime,
     url: &str,
     client: &IIIClient,
     config: &str,
     label: &str,
+    lang: &str,
 ) {
     let config = format!("warm_pool: 0\n{config}");
     let worker = rt.block_on(Worker::spawn(url, client, &config));
-    let fid = "bench-fanin::double";
+    let fid = format!("bench-fanin-{lang}::double");
+    let fid = fid.as_str();
+    let source = match lang {
+        "python" => "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}\n",
+        _ => "export function handler(payload) {\n  return { doubled: payload.n * 2 };\n}\n",
+    };
     rt.block_on(must(
         client,
         "sandbox-code-runner::register_function",
-        json!({"function_id": fid, "lang": "python",
-               "source": "def handler(payload):\n    return {\"doubled\": payload[\"n\"] * 2}\n"}),
+        json!({"function_id": fid, "lang": lang, "source": source}),
     ));
     let lat = |n: usize, rounds: usize| {
         rt.block_on(async {

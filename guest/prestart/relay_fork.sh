@@ -70,14 +70,10 @@ scr_told() {
 }
 
 # scr_after: what is left of a node interpreter the call used (SCR_USED,
-# its session, and its directory $d) goes at once, and a relay whose
-# interpreter is to be replaced (SCR_NEXT, with relay.sh sourced) starts the
-# next one 20 ms later: the call's answer is then still on its way out (the
-# relay's exit, the daemon, the engine, the worker), and an interpreter's
-# start (a node one is ~0.1 s of CPU) would take the cores it needs. A call
-# that comes meanwhile finds the other waiting interpreter.
+# its session, and its directory $d) goes, and a relay whose interpreter is
+# to be replaced (SCR_NEXT, with relay.sh sourced) starts the next one.
 scr_after() {
   [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED" 2>/dev/null
   [ -n "${SCR_USED:-}" ] && rm -rf "$d"
-  [ -n "${SCR_NEXT:-}" ] && { sleep 0.02 2>/dev/null; eval "$SCR_NEXT"; }
+  [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
 }
