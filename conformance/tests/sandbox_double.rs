@@ -649,22 +649,27 @@ async fn s002_unknown_and_after_stop() {
     h.finish().await;
 }
 
+/// S004 is the reaper's window: it marks a sandbox stopped when it claims
+/// it, before the grace (a `sandbox::stop` does not: see
+/// `a_stop_ends_the_vm_before_its_grace_and_the_entry_after`).
 #[tokio::test]
-async fn s004_while_a_stop_is_in_progress() {
+async fn s004_while_the_reaper_stops_a_sandbox() {
     let h = harness(SandboxLimits {
         stop_grace_ms: 3_000,
+        reaper_interval_ms: 100,
         ..SandboxLimits::default()
     })
     .await;
-    let id = h.python().await;
-    let stopping = h.spawn_stop(&id);
+    let id = h
+        .create(json!({ "image": "python", "idle_timeout_secs": 1 }))
+        .await;
     let marked = wait_for(Duration::from_secs(10), || async {
         h.listed_entry(&id)
             .await
             .is_some_and(|s| s["stopped"] == true)
     })
     .await;
-    assert!(marked, "list shows stopped:true during the grace");
+    assert!(marked, "list shows stopped:true during the reaper's grace");
     for (f, payload) in [
         ("sandbox::exec", json!({ "sandbox_id": id, "cmd": "true" })),
         (
@@ -681,11 +686,19 @@ async fn s004_while_a_stop_is_in_progress() {
             Some(NOTE_GONE),
         );
     }
-    // A second stop during the window answers at once.
+    // A stop during the window answers at once.
+    let sent = std::time::Instant::now();
     let again = h.ok("sandbox::stop", json!({ "sandbox_id": id })).await;
     assert_eq!(again, json!({ "sandbox_id": id, "stopped": true }));
-    let first = stopping.await.expect("join").expect("first stop succeeds");
-    assert_eq!(first, json!({ "sandbox_id": id, "stopped": true }));
+    assert!(
+        sent.elapsed() < Duration::from_millis(3_000),
+        "a stop of a sandbox being reaped does not wait for the reaper's grace"
+    );
+    let gone = wait_for(Duration::from_secs(10), || async {
+        h.listed_entry(&id).await.is_none()
+    })
+    .await;
+    assert!(gone, "the reaper removes the entry after its grace");
     let err = h
         .exec(&id, json!({ "cmd": "true" }))
         .await
@@ -764,13 +777,51 @@ async fn a_stop_ends_the_vm_before_its_grace_and_the_entry_after() {
     assert_s(&err, "S300", VM_GONE, Value::Null, Some(NOTE_PLATFORM));
     assert!(pids_with(&marker).is_empty(), "the VM's processes are gone");
     assert!(!stopping.is_finished(), "the stop still pays its grace");
-    assert!(
-        h.listed_entry(&id).await.is_some(),
-        "the entry stays until the grace is over"
+    // The daemon marks the sandbox stopped only once its stopper returns:
+    // until then it is listed as not stopped, and calls reach for the VM,
+    // whose shell socket refuses (S300 for an exec, S216 for an fs op).
+    let listed = h.listed_entry(&id).await;
+    assert_eq!(
+        listed.as_ref().map(|e| &e["stopped"]),
+        Some(&json!(false)),
+        "the entry stays, not yet stopped, until the grace is over: {listed:?}"
     );
+    let refused = format!(
+        "worker relay not accepting connections: connect(/tmp/iii-sandbox/{id}/shell.sock): Connection refused (os error 111)"
+    );
+    let err = h
+        .call(
+            "sandbox::exec",
+            json!({ "sandbox_id": id, "argv": ["true"] }),
+        )
+        .await
+        .expect_err("S300");
+    let message = format!("VM boot failed: shell connect: {refused}");
+    assert_s(&err, "S300", &message, Value::Null, Some(NOTE_PLATFORM));
+    let err = h
+        .call(
+            "sandbox::fs::mkdir",
+            json!({ "sandbox_id": id, "path": "/tmp/made" }),
+        )
+        .await
+        .expect_err("S216");
+    let message = format!("fs i/o error: shell client error: {refused}");
+    assert_s(&err, "S216", &message, Value::Null, None);
+    // A second stop signals the gone VM again and pays a grace of its own.
+    let second_sent = std::time::Instant::now();
+    let again = h.spawn_stop(&id);
     let first = stopping.await.expect("join").expect("the stop succeeds");
     assert_eq!(first, json!({ "sandbox_id": id, "stopped": true }));
     assert!(h.listed_entry(&id).await.is_none(), "entry removed on stop");
+    let second = again
+        .await
+        .expect("join")
+        .expect("the second stop succeeds");
+    assert_eq!(second, json!({ "sandbox_id": id, "stopped": true }));
+    assert!(
+        second_sent.elapsed() >= Duration::from_millis(3_000),
+        "the second stop pays a grace of its own"
+    );
     h.finish().await;
 }
 

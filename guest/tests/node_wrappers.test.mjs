@@ -177,7 +177,9 @@ test('invoke: a frame printed by the handler is not accepted', () => {
   const r = invoke(forged);
   assert.deepEqual(r.frame, { kind: 'ok', value: 2 });
   assert.equal(parseFrame(r.stdout, '0'.repeat(32)), null);
-  assert.doesNotMatch(r.stdout, /666/);
+  // The forged line never reaches stdout (the real secret, random hex, may
+  // well contain "666").
+  assert.doesNotMatch(r.stdout, / ok 666/);
 });
 
 test('invoke: process.exit and a never-settling promise still answer, exit 0', () => {

@@ -157,7 +157,9 @@ class InvokeMode(unittest.TestCase):
         r, frame, _ = invoke(src)
         self.assertEqual(frame, ("ok", 2))
         self.assertIsNone(parse_frame(r.stdout, "0" * 32))
-        self.assertNotIn(b"666", r.stdout)
+        # The forged line itself never reaches stdout (the real secret, random
+        # hex, may well contain "666").
+        self.assertNotIn(b" ok 666", r.stdout)
 
     def test_sys_exit_and_leftover_threads(self):
         frame = invoke("import sys\ndef handler(p):\n    sys.exit(4)\n")[1]

@@ -163,12 +163,15 @@ pub(crate) struct StopResponse {
     pub(crate) stopped: bool,
 }
 
-/// Handles `sandbox::stop`: S001 bad id, S002 unknown; a sandbox already
-/// being stopped answers `stopped:true` at once.
+/// Handles `sandbox::stop`: S001 bad id, S002 unknown; a sandbox the
+/// reaper is stopping answers `stopped:true` at once, one another stop is
+/// in its grace for after a grace of its own (as on the daemon).
 pub(crate) async fn handle_stop(d: &Daemon, req: StopRequest) -> Result<StopResponse, DaemonError> {
     let id = parse_id(&req.sandbox_id)?;
-    if let StopClaim::Claimed(work) = d.registry.begin_stop(id)? {
-        d.registry.finish_stop(work, d.stop_grace()).await;
+    match d.registry.begin_stop(id)? {
+        StopClaim::Claimed(work) => d.registry.finish_stop(work, d.stop_grace()).await,
+        StopClaim::VmEnded => d.registry.finish_stop_again(id, d.stop_grace()).await,
+        StopClaim::AlreadyStopping => {}
     }
     Ok(StopResponse {
         sandbox_id: id.to_string(),

@@ -3,8 +3,12 @@
 //! the reaper itself.
 //!
 //! It follows the daemon's registry: a stopped sandbox's entry is *removed*,
-//! so a later call on it answers S002; S004 is only seen in the short window
-//! while a stop is in progress. Exec start and end, and every fs op, reset
+//! so a later call on it answers S002. A reaped sandbox is marked stopped
+//! (S004) from the moment the reaper claims it; one stopped by
+//! `sandbox::stop` only once the stop's grace is over, so during that grace
+//! calls reach for a VM that is gone: an exec fails S300 (the shell socket
+//! refuses), an fs op S216, `list` shows it `stopped: false`, and a second
+//! stop pays a grace of its own. Exec start and end, and every fs op, reset
 //! the idle clock; `sandbox::list` does not. A sandbox is reaped once idle
 //! *strictly longer* than its `idle_timeout_secs`, unless an exec is in
 //! flight, which protects it for a further `max_exec_timeout_ms` + 60 s.
@@ -36,6 +40,9 @@ pub(crate) struct Entry {
     pub(crate) exec_in_flight: u32,
     pub(crate) idle_timeout_secs: u64,
     pub(crate) stopped: bool,
+    /// Its VM was ended by a `sandbox::stop` whose grace still runs (not
+    /// yet `stopped`, as on the daemon).
+    vm_ended: bool,
     /// When the modelled guest boot completes.
     pub(crate) ready_at: Instant,
     pub(crate) scratch: Arc<Scratch>,
@@ -69,6 +76,7 @@ impl Entry {
             exec_in_flight: 0,
             idle_timeout_secs,
             stopped: false,
+            vm_ended: false,
             ready_at: now + boot_delay,
             scratch,
             vm: Arc::new(vm),
@@ -128,8 +136,11 @@ impl StopWork {
 pub(crate) enum StopClaim {
     /// This caller stops it.
     Claimed(StopWork),
-    /// Another stop (or the reaper) already is.
+    /// The reaper (or shutdown) already is: it is marked stopped.
     AlreadyStopping,
+    /// Another `sandbox::stop` ended its VM and is in its grace: the daemon
+    /// signals the dead VM again and pays a grace of its own.
+    VmEnded,
 }
 
 /// The sandbox table.
@@ -192,8 +203,8 @@ impl Registry {
         Ok(())
     }
 
-    /// The sandbox for an fs op: S002 unknown, S004 stopping. Resets the
-    /// idle clock.
+    /// The sandbox for an fs op: S002 unknown, S004 being reaped, S216 its
+    /// VM ended by a stop in its grace. Resets the idle clock.
     pub(crate) fn touch(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
@@ -202,12 +213,18 @@ impl Registry {
         if e.stopped {
             return Err(DaemonError::AlreadyStopped(id.to_string()));
         }
+        if e.vm_ended {
+            return Err(DaemonError::FsIo(format!(
+                "shell client error: {}",
+                relay_down(id)
+            )));
+        }
         e.last_activity = Instant::now();
         Ok(guest_of(e))
     }
 
-    /// Admits one exec: S002 unknown, S004 stopping, S003 at the cap.
-    /// Resets the idle clock.
+    /// Admits one exec: S002 unknown, S004 being reaped, S003 at the cap,
+    /// S300 its VM ended by a stop in its grace. Resets the idle clock.
     pub(crate) fn begin_exec(&self, id: Uuid) -> Result<Guest, DaemonError> {
         let mut map = self.lock();
         let e = map
@@ -219,8 +236,14 @@ impl Registry {
         if e.exec_in_flight >= self.exec_cap {
             return Err(DaemonError::ConcurrentExec(id.to_string()));
         }
-        e.exec_in_flight += 1;
         e.last_activity = Instant::now();
+        if e.vm_ended {
+            return Err(DaemonError::BootFailed(format!(
+                "shell connect: {}",
+                relay_down(id)
+            )));
+        }
+        e.exec_in_flight += 1;
         Ok(guest_of(e))
     }
 
@@ -235,14 +258,16 @@ impl Registry {
 
     /// Whether the sandbox is still live (not stopping, not gone).
     pub(crate) fn is_live(&self, id: Uuid) -> bool {
-        self.lock().get(&id).is_some_and(|e| !e.stopped)
+        self.lock()
+            .get(&id)
+            .is_some_and(|e| !e.stopped && !e.vm_ended)
     }
 
     /// Records a spawned exec so a stop can kill it. `None` when the
     /// sandbox is stopping or gone: the caller must kill it itself.
     pub(crate) fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
         let mut map = self.lock();
-        let e = map.get_mut(&id).filter(|e| !e.stopped)?;
+        let e = map.get_mut(&id).filter(|e| !e.stopped && !e.vm_ended)?;
         let key = e.next_proc;
         e.next_proc += 1;
         e.procs.insert(key, handle);
@@ -256,7 +281,8 @@ impl Registry {
         }
     }
 
-    /// Starts a `sandbox::stop`: S002 if unknown.
+    /// Starts a `sandbox::stop`: S002 if unknown. The sandbox is not
+    /// marked stopped until its grace is over (`finish_stop`).
     pub(crate) fn begin_stop(&self, id: Uuid) -> Result<StopClaim, DaemonError> {
         let mut map = self.lock();
         let e = map
@@ -265,7 +291,22 @@ impl Registry {
         if e.stopped {
             return Ok(StopClaim::AlreadyStopping);
         }
-        Ok(StopClaim::Claimed(claim(id, e)))
+        if e.vm_ended {
+            return Ok(StopClaim::VmEnded);
+        }
+        e.vm_ended = true;
+        Ok(StopClaim::Claimed(work_of(id, e)))
+    }
+
+    /// The end of a second `sandbox::stop` of a sandbox whose VM another
+    /// one ended: a grace of its own, then it is marked stopped, if the
+    /// first stop has not removed it yet (that one removes it).
+    pub(crate) async fn finish_stop_again(&self, id: Uuid, grace: Duration) {
+        tokio::time::sleep(grace).await;
+        let mut map = self.lock();
+        if let Some(e) = map.get_mut(&id) {
+            e.stopped = true;
+        }
     }
 
     /// Claims `id` for reaping if it has been idle strictly longer than its
@@ -369,6 +410,9 @@ impl Registry {
             tracing::warn!(sandbox_id = %work.id, "a sandbox's processes outlived SIGKILL");
         }
         tokio::time::sleep(grace).await;
+        if let Some(e) = self.lock().get_mut(&work.id) {
+            e.stopped = true;
+        }
         // An exec admitted before the claim but spawned after it kills its
         // own process (attach_proc refuses); wait for it before deleting.
         self.wait_execs_drained(work.id, KILL_PATIENCE).await;
@@ -401,8 +445,14 @@ fn guest_of(e: &Entry) -> Guest {
     }
 }
 
+/// Marks `e` stopped (the reaper's and shutdown's claim) and takes what
+/// stopping it needs.
 fn claim(id: Uuid, e: &mut Entry) -> StopWork {
     e.stopped = true;
+    work_of(id, e)
+}
+
+fn work_of(id: Uuid, e: &Entry) -> StopWork {
     StopWork {
         id,
         procs: e.procs.values().cloned().collect(),
@@ -432,3 +482,12 @@ pub(crate) async fn run_reaper(
 
 #[cfg(test)]
 mod tests;
+
+/// What the daemon's shell client says of a VM whose process is gone: its
+/// shell socket (`/tmp/iii-sandbox/<id>/shell.sock`) is still there, and
+/// refuses.
+fn relay_down(id: Uuid) -> String {
+    format!(
+        "worker relay not accepting connections: connect(/tmp/iii-sandbox/{id}/shell.sock): Connection refused (os error 111)"
+    )
+}

@@ -116,11 +116,26 @@ fn unknown_and_stopping_ids() {
     assert_eq!(code(reg.touch(Uuid::new_v4())), Some(SCode::S002));
     let (id, e) = entry(300);
     assert!(reg.insert(id, e, 8).is_ok());
+    // A stop ends the VM but marks it stopped only after its grace: calls
+    // reach for the gone VM (S300, S216), a second stop pays a grace too.
     assert!(matches!(reg.begin_stop(id), Ok(StopClaim::Claimed(_))));
-    assert_eq!(code(reg.begin_exec(id)), Some(SCode::S004));
-    assert_eq!(code(reg.touch(id)), Some(SCode::S004));
-    assert!(matches!(reg.begin_stop(id), Ok(StopClaim::AlreadyStopping)));
+    assert_eq!(code(reg.begin_exec(id)), Some(SCode::S300));
+    assert_eq!(code(reg.touch(id)), Some(SCode::S216));
+    assert!(matches!(reg.begin_stop(id), Ok(StopClaim::VmEnded)));
     assert!(!reg.is_live(id));
+    assert!(!reg.summaries()[0].stopped);
+    // The reaper's claim marks it stopped at once: S004, and a stop then
+    // answers at once.
+    let (reaped, e) = entry(0);
+    assert!(reg.insert(reaped, e, 8).is_ok());
+    let later = Instant::now() + Duration::from_secs(1);
+    assert!(reg.claim_for_reap(reaped, later, Duration::ZERO).is_some());
+    assert_eq!(code(reg.begin_exec(reaped)), Some(SCode::S004));
+    assert_eq!(code(reg.touch(reaped)), Some(SCode::S004));
+    assert!(matches!(
+        reg.begin_stop(reaped),
+        Ok(StopClaim::AlreadyStopping)
+    ));
     cleanup(&reg);
 }
 
