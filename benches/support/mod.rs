@@ -195,17 +195,20 @@ pub use code_runner_conformance::standin::wait::until as wait_until;
 /// Whether the bench group `name` runs: all of them unless
 /// `SCR_BENCH_GROUPS` lists some (comma-separated), e.g. for a quick profile.
 pub fn group_enabled(name: &str) -> bool {
-    match std::env::var("SCR_BENCH_GROUPS") {
-        Ok(list) if !list.trim().is_empty() => list.split(',').any(|g| g.trim() == name),
-        _ => true,
-    }
+    listed_or_unset("SCR_BENCH_GROUPS", name)
 }
 
 /// Whether the `prestart` and `handler_fan_in` groups run `lang`'s figures:
 /// both languages' unless `SCR_BENCH_LANGS` lists some (comma-separated).
 pub fn lang_enabled(lang: &str) -> bool {
-    match std::env::var("SCR_BENCH_LANGS") {
-        Ok(list) if !list.trim().is_empty() => list.split(',').any(|l| l.trim() == lang),
+    listed_or_unset("SCR_BENCH_LANGS", lang)
+}
+
+/// Whether `name` is in the comma-separated list in `var`, or `var` names
+/// none (unset or blank: everything runs).
+fn listed_or_unset(var: &str, name: &str) -> bool {
+    match std::env::var(var) {
+        Ok(list) if !list.trim().is_empty() => list.split(',').any(|l| l.trim() == name),
         _ => true,
     }
 }

@@ -88,6 +88,13 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// Neither being stopped nor reaped: its VM still runs.
+    fn running(&self) -> bool {
+        !self.stopped && !self.vm_ended
+    }
+}
+
 /// What an exec or fs op needs from its sandbox.
 #[derive(Clone)]
 pub(crate) struct Guest {
@@ -258,16 +265,14 @@ impl Registry {
 
     /// Whether the sandbox is still live (not stopping, not gone).
     pub(crate) fn is_live(&self, id: Uuid) -> bool {
-        self.lock()
-            .get(&id)
-            .is_some_and(|e| !e.stopped && !e.vm_ended)
+        self.lock().get(&id).is_some_and(Entry::running)
     }
 
     /// Records a spawned exec so a stop can kill it. `None` when the
     /// sandbox is stopping or gone: the caller must kill it itself.
     pub(crate) fn attach_proc(&self, id: Uuid, handle: Arc<ProcHandle>) -> Option<u64> {
         let mut map = self.lock();
-        let e = map.get_mut(&id).filter(|e| !e.stopped && !e.vm_ended)?;
+        let e = map.get_mut(&id).filter(|e| e.running())?;
         let key = e.next_proc;
         e.next_proc += 1;
         e.procs.insert(key, handle);
