@@ -51,6 +51,17 @@ pub struct Config {
     /// How deep guest runs may nest (a run started by guest code is one
     /// level deeper than the code that started it).
     pub guest_max_run_depth: u32,
+    /// Lifecycle subscriptions the guests of one tenant may hold at once.
+    pub guest_max_subscriptions: usize,
+    /// Functions the guests of one tenant may have registered on their own
+    /// connections at once.
+    pub guest_max_registrations: usize,
+    /// The daemon's `max_concurrent_sandboxes` (32 unless its operator
+    /// changed it): what [`Config::guest_max_share`] is a share of.
+    pub daemon_max_sandboxes: usize,
+    /// The share of the daemon's sandboxes that guest code of every tenant
+    /// together may hold (0.0 to 1.0), so trusted callers always find room.
+    pub guest_max_share: f64,
 }
 
 /// When the VM of a one-shot run is stopped.
@@ -89,6 +100,10 @@ impl Default for Config {
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
             prestart: true,
+            guest_max_subscriptions: 8,
+            guest_max_registrations: 64,
+            daemon_max_sandboxes: 32,
+            guest_max_share: 0.5,
         }
     }
 }
@@ -131,7 +146,15 @@ impl Config {
         if let Some(url) = &config.guest_url {
             check_guest_url(url)?;
         }
+        if !(0.0..=1.0).contains(&config.guest_max_share) {
+            return Err("guest_max_share must be between 0.0 and 1.0".into());
+        }
         Ok(config)
+    }
+
+    /// VMs guest code of every tenant together may hold.
+    pub(crate) fn guest_vm_ceiling(&self) -> usize {
+        (self.daemon_max_sandboxes as f64 * self.guest_max_share).floor() as usize
     }
 
     /// The budget a request gets: missing or 0 means the default, and the

@@ -55,6 +55,9 @@ impl fmt::Display for ErrorCode {
     }
 }
 
+/// The engine's code for a call its RBAC refuses.
+pub const FORBIDDEN: &str = "FORBIDDEN";
+
 /// A failure of a worker function. A failing script is never one of these:
 /// it is a response with `success: false`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -77,12 +80,17 @@ pub enum WorkerError {
     /// listener's middleware relays what the target answered).
     #[error("{0}")]
     Relayed(crate::bus::BusError),
+    /// A guest call the worker's policy refuses (`guest_policy`). It leaves
+    /// with the engine's own RBAC code, `FORBIDDEN`, so guest code sees one
+    /// answer for "not allowed" whether the engine or the worker decided.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl WorkerError {
     pub fn code(&self) -> ErrorCode {
         match self {
-            WorkerError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            WorkerError::InvalidRequest(_) | WorkerError::Forbidden(_) => ErrorCode::InvalidRequest,
             WorkerError::RuntimeNotFound(_) => ErrorCode::RuntimeNotFound,
             WorkerError::Expired(_) => ErrorCode::Expired,
             WorkerError::Capacity(_) => ErrorCode::Capacity,
@@ -98,8 +106,10 @@ impl WorkerError {
 
     /// The wire body: `(code, message)`.
     pub fn to_wire(&self) -> (String, String) {
-        if let WorkerError::Relayed(e) = self {
-            return (e.code.clone(), e.message.clone());
+        match self {
+            WorkerError::Relayed(e) => return (e.code.clone(), e.message.clone()),
+            WorkerError::Forbidden(why) => return (FORBIDDEN.into(), why.clone()),
+            _ => {}
         }
         let code = self.code().wire();
         let message = format!("{code}: {self}");

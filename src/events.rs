@@ -31,11 +31,12 @@ use crate::tenancy::Lineage;
 /// The trigger type subscribers bind to.
 pub use crate::function_ids::EVENT_TRIGGER_TYPE as TRIGGER_TYPE;
 
-/// How long one subscriber call may take before the next event goes out.
+/// How long one subscriber call may take before that subscriber's next
+/// event goes out.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Events waiting for delivery; more are dropped (and counted), so a slow
-/// subscriber never slows a `run`.
-const QUEUE: usize = 4096;
+/// Events waiting for one subscriber; more are dropped (and counted), so a
+/// slow subscriber never slows a `run` nor holds memory without bound.
+const QUEUE: usize = 256;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -107,6 +108,9 @@ struct Subscriber {
     /// Set by the guest listener's trigger hook: a guest's subscription
     /// sees only what its own lineage owns.
     scope: Option<String>,
+    /// Its own delivery queue and task, started with its first event: one
+    /// subscriber that is slow or never answers delays only itself.
+    queue: OnceLock<mpsc::Sender<Value>>,
 }
 
 impl Subscriber {
@@ -130,6 +134,7 @@ impl Subscriber {
             events,
             namespace,
             scope,
+            queue: OnceLock::new(),
         }
     }
 
@@ -162,12 +167,11 @@ fn table(t: &Table) -> std::sync::MutexGuard<'_, BTreeMap<String, Subscriber>> {
     t.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The subscribers, and the one queue that delivers to them in order.
+/// The subscribers, each with its own ordered delivery queue.
 pub struct Hub {
     bus: Weak<dyn Bus>,
     subscribers: Table,
-    queue: OnceLock<mpsc::Sender<Event>>,
-    dropped: AtomicU64,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Hub {
@@ -175,12 +179,11 @@ impl Hub {
         Hub {
             bus: Arc::downgrade(bus),
             subscribers: Table::default(),
-            queue: OnceLock::new(),
-            dropped: AtomicU64::new(0),
+            dropped: Arc::default(),
         }
     }
 
-    /// A binding arrived (trigger `id` → `function_id`, with its config).
+    /// Adds (or replaces) the binding `id`.
     pub fn subscribe(&self, id: &str, function_id: &str, config: &Value) {
         table(&self.subscribers).insert(
             id.to_string(),
@@ -189,7 +192,7 @@ impl Hub {
         tracing::info!(function_id, "lifecycle subscriber bound");
     }
 
-    /// A binding went away.
+    /// Removes the binding `id`; its delivery task ends with its queue.
     pub(crate) fn unsubscribe(&self, id: &str) {
         table(&self.subscribers).remove(id);
     }
@@ -198,47 +201,48 @@ impl Hub {
         table(&self.subscribers).len()
     }
 
-    /// Events dropped because the delivery queue was full.
+    /// Subscriptions scoped to `lineage`: what its guests hold.
+    pub(crate) fn scoped_to(&self, lineage: &Lineage) -> usize {
+        table(&self.subscribers)
+            .values()
+            .filter(|s| s.scope.as_deref() == Some(lineage.as_str()))
+            .count()
+    }
+
+    /// Events dropped because a subscriber's queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Queues `e` for every subscriber that wants it. Free when nobody
-    /// listens; never waits.
+    /// Queues `e` for every subscriber that wants it, each on its own
+    /// queue. Free when nobody listens.
     pub(crate) fn emit(&self, e: Event) {
-        if table(&self.subscribers).is_empty() {
+        let subscribers = table(&self.subscribers);
+        if subscribers.is_empty() {
             return;
         }
-        let tx = self.queue.get_or_init(|| self.start_dispatcher());
-        if tx.try_send(e).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        let Ok(payload) = serde_json::to_value(&e) else {
+            return;
+        };
+        for s in subscribers.values().filter(|s| s.wants(&e)) {
+            let queue = s.queue.get_or_init(|| self.deliver_to(&s.function_id));
+            if queue.try_send(payload.clone()).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
-    /// One task delivers every event, subscriber by subscriber, so each
-    /// subscriber sees events in the order they happened.
-    fn start_dispatcher(&self) -> mpsc::Sender<Event> {
-        let (tx, mut rx) = mpsc::channel::<Event>(QUEUE);
+    /// The task that delivers one subscriber's events, in the order they
+    /// happened, each within [`DELIVERY_TIMEOUT`].
+    fn deliver_to(&self, function_id: &str) -> mpsc::Sender<Value> {
+        let (tx, mut rx) = mpsc::channel::<Value>(QUEUE);
         let bus = self.bus.clone();
-        let subscribers = self.subscribers.clone();
+        let function_id = function_id.to_string();
         tokio::spawn(async move {
-            while let Some(e) = rx.recv().await {
+            while let Some(payload) = rx.recv().await {
                 let Some(bus) = bus.upgrade() else { return };
-                let Ok(payload) = serde_json::to_value(&e) else {
-                    continue;
-                };
-                let targets: Vec<Subscriber> = table(&subscribers)
-                    .values()
-                    .filter(|s| s.wants(&e))
-                    .cloned()
-                    .collect();
-                for s in targets {
-                    if let Err(err) = bus
-                        .call(&s.function_id, payload.clone(), DELIVERY_TIMEOUT)
-                        .await
-                    {
-                        tracing::debug!(function_id = %s.function_id, code = %err.code, "lifecycle event not delivered");
-                    }
+                if let Err(err) = bus.call(&function_id, payload, DELIVERY_TIMEOUT).await {
+                    tracing::debug!(function_id = %function_id, code = %err.code, "lifecycle event not delivered");
                 }
             }
         });

@@ -7,23 +7,28 @@
 //! string, and this module is what the engine asks:
 //!
 //! - [`GUEST_AUTH`] maps a token to a policy: the daemon's `sandbox::*`
-//!   contract and this worker's internal functions are forbidden, the rest
-//!   is left to the operator's `expose_functions`. An unknown or revoked
-//!   token throws, and the engine refuses the connection.
-//! - [`GUEST_REGISTER`] is the listener's registration hook: a guest cannot
-//!   register under `sandbox::`, `sandbox-code-runner::`, or a namespace
-//!   another runtime of this worker holds (unless its own lineage owns it).
-//!   The hook is used rather than a `function_registration_prefix` because a
-//!   prefix renames what the guest registers (`mine::f` becomes
+//!   contract, this worker's internal functions and every engine builtin
+//!   but `guest_policy`'s allowlist are forbidden (builtins skip the
+//!   middleware, so this is their only gate); only the lifecycle trigger
+//!   type may be bound. An unknown or revoked token throws, and the engine
+//!   refuses the connection.
+//! - [`GUEST_REGISTER`] is the listener's registration hook: a guest
+//!   registers only into a namespace its lineage owns, or a free one, which
+//!   its lineage then claims until its last token is revoked. The hook is
+//!   used rather than a `function_registration_prefix` because a prefix
+//!   renames what the guest registers (`mine::f` becomes
 //!   `<prefix>::mine::f`), so a run could no longer trigger its own
 //!   registration by the id it registered.
 //! - [`GUEST_TRIGGER`] is the listener's trigger-registration hook: a
-//!   guest's subscription to the lifecycle events is scoped to its own
-//!   lineage (the hook writes the lineage into the binding's config, over
-//!   anything the guest put there); other trigger types pass unchanged.
+//!   guest's lifecycle subscription must aim at one of its own functions, is
+//!   scoped to its own lineage (the hook writes the lineage into the
+//!   binding's config, over anything the guest put there), and is bounded.
 //! - The auth context carries the token's lineage and depth
 //!   ([`crate::tenancy`]); the listener's middleware (`functions::guest_gate`)
 //!   reads them back on every guest call.
+//!
+//! What is allowed is decided in [`crate::guest_policy`]; this module
+//! gathers who owns what and answers the engine.
 //!
 //! Tokens are capabilities like runtime ids: `Debug` redacts them, nothing
 //! logs them, and a [`TokenLease`] revokes its token when dropped.
@@ -36,7 +41,7 @@ use serde_json::{json, Value};
 
 use crate::error::WorkerError;
 use crate::function_ids as ids;
-use crate::ids::OWN_NAMESPACE;
+use crate::guest_policy::{self as policy, NamespaceOwner, RegistrationVerdict};
 use crate::tenancy::{Guest, Lineage};
 
 pub use crate::function_ids::{GUEST_AUTH, GUEST_MIDDLEWARE, GUEST_REGISTER, GUEST_TRIGGER};
@@ -86,18 +91,6 @@ pub const INTERNAL_FUNCTIONS: &[&str] = &[
     ids::ON_CHANGE_FN,
 ];
 
-/// The engine's own functions that act outside a guest's connection and
-/// skip the listener's middleware and hooks: `engine::register_trigger`
-/// makes a durable binding the trigger hook never sees (an unscoped
-/// lifecycle subscription that outlives the guest), and
-/// `engine::unregister_trigger` removes anyone's binding by id. A guest's
-/// SDK binds through its connection, which the hook scopes.
-pub(crate) const ENGINE_BYPASSES: &[&str] =
-    &["engine::register_trigger", "engine::unregister_trigger"];
-
-/// Namespaces no guest may register in.
-const RESERVED_NAMESPACES: &[&str] = &["sandbox", OWN_NAMESPACE];
-
 /// What a token grants beyond the common policy.
 #[derive(Debug, Clone)]
 struct Grant {
@@ -117,26 +110,23 @@ struct Held {
     owner: Option<Lineage>,
 }
 
-/// The namespace of a hook input's `function_id`, unless it is one no guest
-/// may register in or aim a binding at.
-fn unreserved_namespace(input: &Value) -> Result<&str, GuestRefusal> {
-    let id = input
-        .get("function_id")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let namespace = id.split_once("::").map_or(id, |(ns, _)| ns);
-    if RESERVED_NAMESPACES.contains(&namespace) {
-        return Err(GuestRefusal::Reserved(namespace.to_string()));
-    }
-    Ok(namespace)
-}
-
-/// The live tokens. Cheap to share.
+/// The live tokens, and who owns which namespace. Cheap to share.
 #[derive(Default)]
 pub struct GuestTokens {
     live: Mutex<HashMap<String, Grant>>,
     held: Mutex<HashMap<String, Held>>,
+    /// Namespaces a lineage took by registering there on its own
+    /// connection, kept until its last token is revoked.
+    claims: Mutex<HashMap<String, Lineage>>,
+    /// The functions each lineage's guests registered on their own
+    /// connections, with when the hook admitted them.
+    registered: Mutex<HashMap<Lineage, Vec<(String, std::time::Instant)>>>,
 }
+
+/// How long an admitted registration counts even if the engine does not
+/// list it yet (the engine holds a connection's registrations back until it
+/// names itself, or 5 s).
+const NOT_LISTED_YET: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -163,7 +153,15 @@ impl std::fmt::Debug for TokenLease {
 
 impl Drop for TokenLease {
     fn drop(&mut self) {
-        lock(&self.tokens.live).remove(&self.token);
+        let mut live = lock(&self.tokens.live);
+        let Some(gone) = live.remove(&self.token) else {
+            return;
+        };
+        // A lineage with no live token has no guest left to use its claims.
+        if !live.values().any(|g| g.lineage == gone.lineage) {
+            lock(&self.tokens.claims).retain(|_, l| *l != gone.lineage);
+            lock(&self.tokens.registered).remove(&gone.lineage);
+        }
     }
 }
 
@@ -174,10 +172,16 @@ pub enum GuestRefusal {
     NoToken,
     #[error("`query_params.token`: is unknown or revoked")]
     UnknownToken,
-    #[error("`function_id`: namespace `{0}` is reserved")]
-    Reserved(String),
-    #[error("`function_id`: namespace `{0}` belongs to another runtime")]
-    Taken(String),
+    #[error("`function_id`: namespace `{0}` belongs to {1}")]
+    Taken(String, &'static str),
+    #[error("`trigger_type`: {0}")]
+    Binding(&'static str),
+    #[error("this tenant already has {0} lifecycle subscriptions (guest_max_subscriptions)")]
+    Subscriptions(usize),
+    #[error(
+        "this tenant already has {0} functions registered by its guest code (guest_max_registrations)"
+    )]
+    Registrations(usize),
     #[error("`context.lineage`: missing; this listener's auth function must be {GUEST_AUTH}")]
     NoLineage,
 }
@@ -247,7 +251,13 @@ impl GuestTokens {
     }
 
     /// The AuthResult for an AuthInput, or why the connection is refused.
-    pub fn authenticate(&self, input: &Value) -> Result<Value, GuestRefusal> {
+    /// `engine_builtins` is what the live engine lists (every builtin not
+    /// on the guest allowlist is forbidden, known or not).
+    pub fn authenticate(
+        &self,
+        input: &Value,
+        engine_builtins: &[String],
+    ) -> Result<Value, GuestRefusal> {
         let token = input
             .get("query_params")
             .and_then(|q| q.get("token"))
@@ -259,16 +269,19 @@ impl GuestTokens {
             .get(token)
             .cloned()
             .ok_or(GuestRefusal::UnknownToken)?;
-        let forbidden: Vec<&str> = SANDBOX_CONTRACT
+        let mut forbidden: Vec<String> = SANDBOX_CONTRACT
             .iter()
             .chain(INTERNAL_FUNCTIONS)
-            .chain(ENGINE_BYPASSES)
-            .copied()
+            .map(|s| s.to_string())
             .collect();
+        forbidden.extend(policy::forbidden_builtins(
+            engine_builtins.iter().map(String::as_str),
+        ));
         Ok(json!({
             "allowed_functions": [],
             "forbidden_functions": forbidden,
             "allow_function_registration": true,
+            "allowed_trigger_types": policy::GUEST_TRIGGER_TYPES,
             "allow_trigger_type_registration": false,
             "context": {
                 "namespace": grant.namespace,
@@ -294,16 +307,88 @@ impl GuestTokens {
         })
     }
 
-    /// The trigger-registration hook: a lifecycle subscription is scoped to
-    /// the guest's lineage; any other binding passes unchanged (`{}`).
-    /// A binding that would let a trusted trigger provider call the
-    /// daemon or this worker for the guest is refused outright.
-    pub fn admit_trigger(&self, input: &Value) -> Result<Value, GuestRefusal> {
-        unreserved_namespace(input)?;
-        if input.get("trigger_type").and_then(Value::as_str) != Some(ids::EVENT_TRIGGER_TYPE) {
-            return Ok(json!({}));
+    /// Who owns `ns` as far as this worker knows: the platform, a lineage
+    /// (its runtime or its claim), a trusted caller's runtime, or nobody
+    /// ([`NamespaceOwner::Free`]; the caller asks the bus whether another
+    /// worker serves it).
+    /// Counts one more registration of `function_id` by `lineage`'s guests,
+    /// unless they hold `limit` already: those admitted lately, and those
+    /// the engine still lists (`listed`); one a closed connection took with
+    /// it no longer counts. Re-registering an id costs nothing.
+    pub fn count_registration(
+        &self,
+        lineage: &Lineage,
+        function_id: &str,
+        listed: &std::collections::HashSet<String>,
+        limit: usize,
+    ) -> Result<(), GuestRefusal> {
+        let mut registered = lock(&self.registered);
+        let held = registered.entry(lineage.clone()).or_default();
+        held.retain(|(id, at)| at.elapsed() < NOT_LISTED_YET || listed.contains(id));
+        if held.iter().any(|(id, _)| id == function_id) {
+            return Ok(());
         }
+        if held.len() >= limit {
+            return Err(GuestRefusal::Registrations(limit));
+        }
+        held.push((function_id.to_string(), std::time::Instant::now()));
+        Ok(())
+    }
+
+    pub fn owner_of(&self, ns: &str) -> NamespaceOwner {
+        if policy::is_reserved(ns) {
+            return NamespaceOwner::Reserved;
+        }
+        if let Some(h) = lock(&self.held).get(ns) {
+            return match &h.owner {
+                Some(l) => NamespaceOwner::Lineage(l.clone()),
+                None => NamespaceOwner::Trusted,
+            };
+        }
+        match lock(&self.claims).get(ns) {
+            Some(l) => NamespaceOwner::Lineage(l.clone()),
+            None => NamespaceOwner::Free,
+        }
+    }
+
+    /// The trigger-registration hook, given who owns the bound function's
+    /// namespace and how many subscriptions the guest's lineage holds: a
+    /// lifecycle subscription to one of the guest's own functions, scoped
+    /// to its lineage (over anything the guest wrote there), within its
+    /// bound. Anything else is refused.
+    pub fn admit_trigger(
+        &self,
+        input: &Value,
+        owner: &NamespaceOwner,
+        subscriptions: impl Fn(&Lineage) -> usize,
+        max_subscriptions: usize,
+    ) -> Result<Value, GuestRefusal> {
         let guest = GuestTokens::guest_of(input.get("context"))?;
+        let trigger_type = input
+            .get("trigger_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let own_namespace = input
+            .get("context")
+            .and_then(|c| c.get("namespace"))
+            .and_then(Value::as_str);
+        let target_ns = policy::namespace_of(
+            input
+                .get("function_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        );
+        // A namespace runtime's guests act for its namespace.
+        let owner = if own_namespace == Some(target_ns) {
+            NamespaceOwner::Lineage(guest.lineage.clone())
+        } else {
+            owner.clone()
+        };
+        policy::decide_binding(&guest.lineage, trigger_type, &owner)
+            .map_err(GuestRefusal::Binding)?;
+        if subscriptions(&guest.lineage) >= max_subscriptions {
+            return Err(GuestRefusal::Subscriptions(max_subscriptions));
+        }
         let mut config = match input.get("config") {
             Some(Value::Object(m)) => m.clone(),
             _ => serde_json::Map::new(),
@@ -312,178 +397,57 @@ impl GuestTokens {
         Ok(json!({ "config": config }))
     }
 
-    /// The registration hook: `{}` (keep everything) or a refusal.
-    pub fn admit_registration(&self, input: &Value) -> Result<Value, GuestRefusal> {
-        let namespace = unreserved_namespace(input)?;
-        let context = input.get("context");
-        let own = context
+    /// The registration hook, given who owns the namespace (`owner_of`,
+    /// refined by the bus): `{}` (keep everything) or a refusal. A free
+    /// namespace becomes the guest lineage's claim, unless another lineage
+    /// claimed it meanwhile.
+    pub fn admit_registration(
+        &self,
+        input: &Value,
+        owner: &NamespaceOwner,
+    ) -> Result<Value, GuestRefusal> {
+        let guest = GuestTokens::guest_of(input.get("context"))?;
+        let ns = policy::namespace_of(
+            input
+                .get("function_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        );
+        let own_namespace = input
+            .get("context")
             .and_then(|c| c.get("namespace"))
             .and_then(Value::as_str);
-        let lineage = context
-            .and_then(|c| c.get("lineage"))
-            .and_then(Value::as_str);
-        if own == Some(namespace) {
+        // A namespace runtime's guests may add ephemeral functions to it.
+        if own_namespace == Some(ns) && !policy::is_reserved(ns) {
             return Ok(json!({}));
         }
-        match lock(&self.held).get(namespace) {
-            Some(h) if h.owner.is_none() || h.owner.as_ref().map(Lineage::as_str) != lineage => {
-                Err(GuestRefusal::Taken(namespace.to_string()))
+        match policy::decide_registration(&guest.lineage, owner) {
+            RegistrationVerdict::Allow => Ok(json!({})),
+            RegistrationVerdict::Deny(whose) => Err(GuestRefusal::Taken(ns.to_string(), whose)),
+            RegistrationVerdict::Claim => {
+                if !lock(&self.live)
+                    .values()
+                    .any(|g| g.lineage == guest.lineage)
+                {
+                    return Err(GuestRefusal::UnknownToken);
+                }
+                let mut claims = lock(&self.claims);
+                let held = lock(&self.held).contains_key(ns);
+                match claims.get(ns) {
+                    _ if held => Err(GuestRefusal::Taken(ns.to_string(), "a runtime")),
+                    Some(l) if *l != guest.lineage => Err(GuestRefusal::Taken(
+                        ns.to_string(),
+                        "another tenant's guest code",
+                    )),
+                    _ => {
+                        claims.insert(ns.to_string(), guest.lineage);
+                        Ok(json!({}))
+                    }
+                }
             }
-            _ => Ok(json!({})),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rstest::rstest;
-
-    fn input(token: &str) -> Value {
-        json!({"headers": {}, "ip_address": "127.0.0.1", "query_params": {"token": [token]}})
-    }
-
-    #[test]
-    fn a_minted_token_authenticates_until_its_lease_drops() {
-        let tokens = GuestTokens::new();
-        let lease = tokens.mint(None, &Lineage::fresh(), 0);
-        let policy = tokens.authenticate(&input(lease.expose())).unwrap();
-        let forbidden = policy["forbidden_functions"].as_array().unwrap();
-        for f in SANDBOX_CONTRACT
-            .iter()
-            .chain(INTERNAL_FUNCTIONS)
-            .chain(ENGINE_BYPASSES)
-        {
-            assert!(forbidden.contains(&json!(f)), "{f} not forbidden");
-        }
-        for public in [
-            "sandbox-code-runner::run",
-            "sandbox-code-runner::register_function",
-            "sandbox-code-runner::teardown",
-        ] {
-            assert!(!forbidden.contains(&json!(public)), "{public} forbidden");
-        }
-        let secret = lease.expose().to_string();
-        drop(lease);
-        assert!(matches!(
-            tokens.authenticate(&input(&secret)),
-            Err(GuestRefusal::UnknownToken)
-        ));
-        assert_eq!(tokens.live(), 0);
-    }
-
-    #[test]
-    fn tokens_are_fresh_and_never_printed() {
-        let tokens = GuestTokens::new();
-        let (a, b) = (
-            tokens.mint(None, &Lineage::fresh(), 0),
-            tokens.mint(None, &Lineage::fresh(), 0),
-        );
-        assert_ne!(a.expose(), b.expose());
-        assert!(a.expose().len() >= 43);
-        assert!(!format!("{a:?}").contains(a.expose()));
-    }
-
-    #[rstest]
-    #[case(json!({"headers": {}, "query_params": {}}))]
-    #[case(json!({"headers": {}, "query_params": {"token": []}}))]
-    #[case(input("forged"))]
-    fn missing_or_unknown_tokens_are_refused(#[case] i: Value) {
-        assert!(GuestTokens::new().authenticate(&i).is_err());
-    }
-
-    #[rstest]
-    #[case("sandbox::exec", None, false)]
-    #[case("sandbox-code-runner::run", None, false)]
-    #[case("billing::charge", None, false)]
-    #[case("billing::tmp", Some("billing"), true)]
-    #[case("mine::f", None, true)]
-    #[case("mine::f", Some("billing"), true)]
-    fn registrations_stay_out_of_reserved_and_held_namespaces(
-        #[case] id: &str,
-        #[case] own: Option<&str>,
-        #[case] ok: bool,
-    ) {
-        let tokens = GuestTokens::new();
-        tokens.hold("billing", None);
-        let got =
-            tokens.admit_registration(&json!({"function_id": id, "context": {"namespace": own}}));
-        assert_eq!(got.is_ok(), ok, "{id}: {got:?}");
-        tokens.release("billing");
-        assert!(tokens
-            .admit_registration(&json!({"function_id": "billing::x", "context": {}}))
-            .is_ok());
-    }
-    #[test]
-    fn the_auth_context_carries_the_lineage_and_depth_and_reads_back() {
-        let tokens = GuestTokens::new();
-        let l = Lineage::fresh();
-        let lease = tokens.mint(Some("app"), &l, 2);
-        let policy = tokens.authenticate(&input(lease.expose())).unwrap();
-        let guest = GuestTokens::guest_of(Some(&policy["context"])).unwrap();
-        assert_eq!((guest.lineage, guest.depth), (l, 2));
-        assert_eq!(policy["context"]["namespace"], "app");
-        assert!(matches!(
-            GuestTokens::guest_of(Some(&json!({"namespace": "app"}))),
-            Err(GuestRefusal::NoLineage)
-        ));
-        assert!(GuestTokens::guest_of(None).is_err());
-    }
-
-    #[test]
-    fn a_lineage_may_register_in_the_namespaces_it_owns_only() {
-        let tokens = GuestTokens::new();
-        let (a, b) = (Lineage::fresh(), Lineage::fresh());
-        tokens.hold("mine", Some(&a));
-        tokens.hold("ops", None);
-        let reg = |id: &str, l: &Lineage| {
-            tokens.admit_registration(&json!({
-                "function_id": id,
-                "context": {"lineage": l.as_str(), "depth": 1, "namespace": null}
-            }))
-        };
-        assert!(reg("mine::f", &a).is_ok());
-        assert!(matches!(reg("mine::f", &b), Err(GuestRefusal::Taken(_))));
-        assert!(matches!(reg("ops::f", &a), Err(GuestRefusal::Taken(_))));
-        assert!(reg("fresh::f", &b).is_ok());
-    }
-
-    #[test]
-    fn lifecycle_subscriptions_are_scoped_to_the_guests_lineage() {
-        let tokens = GuestTokens::new();
-        let l = Lineage::fresh();
-        let hook = |trigger_type: &str, config: Value| {
-            tokens.admit_trigger(&json!({
-                "trigger_id": "t", "trigger_type": trigger_type, "function_id": "g::sink",
-                "config": config, "metadata": null, "namespace": "default",
-                "context": {"lineage": l.as_str(), "depth": 0, "namespace": null}
-            }))
-        };
-        let forged = hook(
-            ids::EVENT_TRIGGER_TYPE,
-            json!({"events": ["runtime.created"], SCOPE_KEY: "ln-someone-else"}),
-        )
-        .unwrap();
-        assert_eq!(forged["config"][SCOPE_KEY], l.as_str());
-        assert_eq!(forged["config"]["events"], json!(["runtime.created"]));
-        assert_eq!(
-            hook(ids::EVENT_TRIGGER_TYPE, Value::Null).unwrap()["config"][SCOPE_KEY],
-            l.as_str()
-        );
-        assert_eq!(
-            hook("cron", json!({"expression": "* * * * *"})).unwrap(),
-            json!({})
-        );
-        let aimed_at_the_worker = tokens.admit_trigger(&json!({
-            "trigger_type": "http", "function_id": "sandbox-code-runner::run",
-            "config": {}, "context": {"lineage": l.as_str()}
-        }));
-        assert!(matches!(
-            aimed_at_the_worker,
-            Err(GuestRefusal::Reserved(_))
-        ));
-        assert!(tokens
-            .admit_trigger(&json!({"trigger_type": ids::EVENT_TRIGGER_TYPE, "context": {}}))
-            .is_err());
-    }
-}
+mod tests;

@@ -44,12 +44,16 @@ workers:
       host: {main_host}
       port: {main_port}
   # Guest listener: every guest's `iii` connects here with a per-run token.
-  # sandbox::* and the worker's internal functions are forbidden to guests;
-  # narrow expose_functions to the namespaces guests should reach.
-  # The middleware makes each guest one tenant: its run, register_function
-  # and teardown calls act only on what its own lineage owns, within its
-  # budget (guest_max_concurrent_runs, guest_max_run_depth); other calls
-  # pass through. The trigger hook scopes its lifecycle subscriptions.
+  # Default deny, decided by the worker (docs/threat-model.md): the auth
+  # function forbids sandbox::*, the worker's internals and every engine
+  # builtin but the SDK's carve-out, and allows binding only the worker's
+  # lifecycle events. The middleware makes each guest one tenant: run,
+  # register_function and teardown act only on what its own lineage owns,
+  # within its budget; calls to other tenants' functions are refused; calls
+  # to this worker's handlers hold a slot of its budget while they run. The
+  # registration hook keeps guests to namespaces their lineage owns; the
+  # trigger hook scopes subscriptions to the lineage. expose_functions still
+  # decides which other workers' functions guests reach: narrow it.
   - name: iii-worker-manager
     config:
       host: 127.0.0.1

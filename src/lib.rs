@@ -13,6 +13,7 @@ pub mod functions;
 pub mod guest;
 pub mod guest_access;
 pub mod guest_listener;
+pub mod guest_policy;
 pub mod ids;
 pub mod metering;
 pub mod nodelay;

@@ -94,13 +94,20 @@ pub struct Admission {
     pub depth: u32,
     pub owner: Option<Lineage>,
     pub permit: Option<RunPermit>,
+    /// For a trusted caller: what keeps its lineage alive. Whoever holds
+    /// it (the one-shot run, or the runtime it created) drops it when it
+    /// ends, and the lineage's runtimes end with it.
+    pub root: Option<Permit>,
 }
 
-/// The two per-lineage limits.
+/// The per-lineage limits, and the ceiling of every lineage together.
 #[derive(Debug, Clone, Copy)]
 pub struct TenantLimits {
     pub max_concurrent_runs: usize,
     pub max_depth: u32,
+    /// VMs guest code of all tenants together may hold
+    /// (`guest_max_share` of `daemon_max_sandboxes`).
+    pub max_guest_vms: usize,
 }
 
 /// Why a guest may not start another VM.
@@ -111,6 +118,11 @@ pub enum TenantRefusal {
          wait for a run to finish or tear down a runtime it kept"
     )]
     Concurrency { limit: usize },
+    #[error(
+        "guest code of all tenants already holds {limit} VMs, its share of the daemon \
+         (guest_max_share of daemon_max_sandboxes); the rest is kept for trusted callers"
+    )]
+    Share { limit: usize },
     #[error("guest runs nest at most {limit} deep (guest_max_run_depth)")]
     Depth { limit: u32 },
     #[error(
@@ -174,8 +186,12 @@ impl std::fmt::Debug for Permit {
     }
 }
 
-/// One VM of a lineage's budget.
-pub type RunPermit = Permit;
+/// One VM of a lineage's budget, and of every guest's share of the daemon.
+#[derive(Debug)]
+pub struct RunPermit {
+    _lineage: Permit,
+    _share: Permit,
+}
 /// One guest call in flight to a published handler.
 pub type CallPermit = Permit;
 
@@ -184,10 +200,20 @@ pub struct Tenants {
     limits: TenantLimits,
     /// VMs started by each lineage's guests.
     held: Arc<Counter>,
+    /// VMs started by any guest, under one key.
+    share: Arc<Counter>,
+    /// Live roots (trusted runs and runtimes) per lineage: one at most.
+    roots: Arc<Counter>,
     /// Guest calls in flight to this worker's published handlers, per
     /// lineage: each namespace runtime serves one call at a time, so one
     /// tenant queueing many would stall another's calls behind them.
     calls: Arc<Counter>,
+}
+
+/// The one key the share of every guest is counted under (lineages are
+/// `ln-<hex>`, so it is nobody's).
+fn every_guest() -> Lineage {
+    Lineage("every-guest".into())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,6 +225,8 @@ impl Tenants {
         Arc::new(Tenants {
             limits,
             held: Arc::default(),
+            share: Arc::default(),
+            roots: Arc::default(),
             calls: Arc::default(),
         })
     }
@@ -209,12 +237,14 @@ impl Tenants {
     pub fn admit(&self, caller: &Caller) -> Result<Admission, TenantRefusal> {
         let g = match caller {
             Caller::Trusted => {
+                let lineage = Lineage::fresh();
                 return Ok(Admission {
-                    lineage: Lineage::fresh(),
+                    root: self.roots.take(&lineage, 1),
+                    lineage,
                     depth: 0,
                     owner: None,
                     permit: None,
-                })
+                });
             }
             Caller::Guest(g) => g,
         };
@@ -225,15 +255,24 @@ impl Tenants {
             });
         }
         let limit = self.limits.max_concurrent_runs;
-        let permit = self
+        let lineage = self
             .held
             .take(&g.lineage, limit)
             .ok_or(TenantRefusal::Concurrency { limit })?;
+        let limit = self.limits.max_guest_vms;
+        let share = self
+            .share
+            .take(&every_guest(), limit)
+            .ok_or(TenantRefusal::Share { limit })?;
         Ok(Admission {
             lineage: g.lineage.clone(),
             depth,
             owner: Some(g.lineage.clone()),
-            permit: Some(permit),
+            permit: Some(RunPermit {
+                _lineage: lineage,
+                _share: share,
+            }),
+            root: None,
         })
     }
 
@@ -244,6 +283,16 @@ impl Tenants {
         self.calls
             .take(&guest.lineage, limit)
             .ok_or(TenantRefusal::Calls { limit })
+    }
+
+    /// Whether the trusted run or runtime `lineage` grew from still lives.
+    pub fn root_alive(&self, lineage: &Lineage) -> bool {
+        self.roots.held(lineage) > 0
+    }
+
+    /// VMs guest code of every lineage holds now.
+    pub fn guest_vms(&self) -> usize {
+        self.share.held(&every_guest())
     }
 
     /// VMs `lineage` holds now (for tests and leak checks).
@@ -272,7 +321,33 @@ mod tests {
         Tenants::new(TenantLimits {
             max_concurrent_runs: runs,
             max_depth: depth,
+            max_guest_vms: 64,
         })
+    }
+
+    #[test]
+    fn every_guest_together_holds_at_most_its_share() {
+        let t = Tenants::new(TenantLimits {
+            max_concurrent_runs: 2,
+            max_depth: 4,
+            max_guest_vms: 3,
+        });
+        let lineages: Vec<Lineage> = (0..3).map(|_| Lineage::fresh()).collect();
+        let a = t.admit(&guest(&lineages[0], 0)).unwrap();
+        let _b = t.admit(&guest(&lineages[0], 0)).unwrap();
+        let _c = t.admit(&guest(&lineages[1], 0)).unwrap();
+        assert_eq!(
+            t.admit(&guest(&lineages[2], 0)).err(),
+            Some(TenantRefusal::Share { limit: 3 })
+        );
+        assert_eq!(t.held(&lineages[2]), 0, "a refused admission holds nothing");
+        assert!(
+            t.admit(&Caller::Trusted).is_ok(),
+            "trusted callers are never counted"
+        );
+        drop(a);
+        assert_eq!(t.guest_vms(), 2);
+        assert!(t.admit(&guest(&lineages[2], 0)).is_ok());
     }
 
     #[test]
@@ -286,6 +361,10 @@ mod tests {
             (0, true, true)
         );
         assert_eq!(t.active(), 0);
+        assert!(t.root_alive(&a.lineage));
+        let l = a.lineage.clone();
+        drop(a);
+        assert!(!t.root_alive(&l), "a lineage ends with its root");
     }
 
     #[test]

@@ -295,3 +295,63 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
     client.shutdown_async().await;
     sandbox.shutdown().await;
 }
+
+/// A subscriber whose function never answers costs only itself: the others
+/// get each event at once, not after the stalled ones' delivery timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_never_delays_another() {
+    let h = Harness::start("").await;
+    let mut stalled = Vec::new();
+    for i in 0..8 {
+        let id = format!("ops-stall::never{i}");
+        let function = h.client.register_function(
+            id.as_str(),
+            RegisterFunction::new_async(move |_payload: Value| async move {
+                std::future::pending::<()>().await;
+                Ok::<Value, iii_sdk::Error>(Value::Null)
+            }),
+        );
+        #[allow(deprecated)] // the engine under test speaks trigger types
+        let trigger = h
+            .client
+            .register_trigger(iii_sdk::protocol::RegisterTriggerInput {
+                trigger_type: EVENT.into(),
+                function_id: id.clone(),
+                config: json!({}),
+                metadata: None,
+                namespace: None,
+                trigger_namespace: None,
+            })
+            .expect("bind a stalled subscriber");
+        stalled.push((function, trigger));
+    }
+    let sub = Subscriber::bind(&h.client, "ops-stall::prompt", json!({}));
+    let bound = wait_for(Duration::from_secs(10), || async {
+        h.log().matches("lifecycle subscriber bound").count() >= 9
+    })
+    .await;
+    assert!(bound, "the engine hands all nine bindings to the worker");
+
+    let started = Instant::now();
+    h.call(
+        REGISTER,
+        json!({"function_id": "ops-stall-ns::f", "lang": "python", "source": "def handler(p):\n    return 1"}),
+    )
+    .await
+    .expect("register");
+    let registered = Instant::now();
+    let arrived = wait_for(Duration::from_secs(3), || async {
+        sub.kinds().iter().any(|k| k == "function.registered")
+    })
+    .await;
+    assert!(
+        arrived,
+        "the prompt subscriber got `function.registered` within 3 s of the registration \
+         (8 stalled subscribers, 5 s delivery timeout each); registration took {:?}",
+        registered - started
+    );
+    h.call(TEARDOWN, json!({"namespace": "ops-stall-ns"}))
+        .await
+        .expect("teardown");
+    drop(stalled);
+}

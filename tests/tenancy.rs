@@ -17,7 +17,7 @@ use sandbox_code_runner::error::{ErrorCode, WorkerError};
 use sandbox_code_runner::functions;
 use sandbox_code_runner::guest_access::GUEST_MIDDLEWARE;
 use sandbox_code_runner::runtime::{Manager, VmNaming};
-use sandbox_code_runner::tenancy::{Caller, Guest, Lineage};
+use sandbox_code_runner::tenancy::{Admission, Caller, Guest, Lineage};
 use serde_json::{json, Value};
 
 struct World {
@@ -50,6 +50,13 @@ fn world(runs: usize, depth: u32) -> World {
         bus,
         manager,
     }
+}
+
+/// A lineage as the worker roots one: a trusted admission, kept alive (a
+/// lineage's runtimes end with its root).
+fn rooted(w: &World) -> (Lineage, Admission) {
+    let root = w.manager.tenants().admit(&Caller::Trusted).unwrap();
+    (root.lineage.clone(), root)
 }
 
 fn guest(l: &Lineage, depth: u32) -> Caller {
@@ -94,7 +101,7 @@ fn refused_naming(r: &Result<Value, WorkerError>, code: ErrorCode, needle: &str)
 #[tokio::test]
 async fn a_guest_registers_only_into_fresh_or_owned_namespaces() {
     let w = world(8, 4);
-    let (a, b) = (Lineage::fresh(), Lineage::fresh());
+    let ((a, _ra), (b, _rb)) = (rooted(&w), rooted(&w));
     register(&w, &Caller::Trusted, "ops::f").await.unwrap();
 
     let into_trusted = register(&w, &guest(&a, 0), "ops::g").await;
@@ -105,15 +112,19 @@ async fn a_guest_registers_only_into_fresh_or_owned_namespaces() {
     register(&w, &guest(&a, 1), "mine::g").await.unwrap();
     let into_foreign = register(&w, &guest(&b, 0), "mine::h").await;
     refused_naming(&into_foreign, ErrorCode::InvalidRequest, "`mine`");
-    // Main-listener callers keep seed 000's contract: any namespace.
-    register(&w, &Caller::Trusted, "mine::t").await.unwrap();
+    // A trusted caller never lands in a guest's namespace (its handler would
+    // run in the guest's VM); it takes the namespace back by teardown.
+    let into_guests = register(&w, &Caller::Trusted, "mine::t").await;
+    refused_naming(&into_guests, ErrorCode::InvalidRequest, "guest code");
     assert_eq!(w.manager.tenants().held(&a), 1, "one namespace runtime");
+    teardown_ns(&w, &Caller::Trusted, "mine").await.unwrap();
+    register(&w, &Caller::Trusted, "mine::t").await.unwrap();
 }
 
 #[tokio::test]
 async fn a_guest_tears_down_only_its_own_namespaces_and_cannot_probe() {
     let w = world(8, 4);
-    let a = Lineage::fresh();
+    let (a, _ra) = rooted(&w);
     register(&w, &Caller::Trusted, "ops::f").await.unwrap();
     register(&w, &guest(&a, 0), "mine::f").await.unwrap();
 
@@ -142,7 +153,7 @@ async fn a_guest_tears_down_only_its_own_namespaces_and_cannot_probe() {
 #[tokio::test]
 async fn a_guests_budget_bounds_its_vms_and_nobody_elses() {
     let w = world(2, 4);
-    let (a, b) = (Lineage::fresh(), Lineage::fresh());
+    let ((a, _ra), (b, _rb)) = (rooted(&w), rooted(&w));
     let keep = json!({"lang": "python", "code": "print(1)", "keep": true});
     let first = run(&w, &guest(&a, 0), keep.clone()).await.unwrap();
     register(&w, &guest(&a, 0), "mine::f").await.unwrap();
@@ -196,7 +207,7 @@ async fn a_guests_budget_bounds_its_vms_and_nobody_elses() {
 #[tokio::test]
 async fn guest_runs_nest_only_as_deep_as_the_setting() {
     let w = world(8, 3);
-    let l = Lineage::fresh();
+    let (l, _rl) = rooted(&w);
     let code = json!({"lang": "python", "code": "print(1)"});
     run(&w, &guest(&l, 2), code.clone()).await.unwrap();
     let deep = run(&w, &guest(&l, 3), code.clone()).await;
@@ -217,7 +228,7 @@ fn middleware_input(function_id: &str, payload: Value, context: Value) -> Value 
 #[tokio::test]
 async fn the_middleware_serves_the_worker_as_the_guests_tenant() {
     let w = world(1, 4);
-    let lineage = Lineage::fresh();
+    let (lineage, _root) = rooted(&w);
     let ctx = json!({"lineage": lineage.as_str(), "depth": 0, "namespace": null});
     register(&w, &Caller::Trusted, "ops::f").await.unwrap();
     let via = |f: &str, p: Value, c: Value| {
@@ -281,7 +292,8 @@ async fn the_middleware_serves_the_worker_as_the_guests_tenant() {
 #[tokio::test]
 async fn the_middleware_forwards_other_calls_and_relays_their_answers_unchanged() {
     let w = world(4, 4);
-    let ctx = json!({"lineage": Lineage::fresh().as_str(), "depth": 1});
+    let (l, _root) = rooted(&w);
+    let ctx = json!({"lineage": l.as_str(), "depth": 1});
     register(&w, &Caller::Trusted, "ops::f").await.unwrap();
     let handler_answer = w
         .bus
@@ -325,13 +337,21 @@ async fn the_middleware_forwards_other_calls_and_relays_their_answers_unchanged(
         )
         .await;
     assert!(void.is_ok(), "{void:?}");
+    // A void call to a handler is awaited in the background, so it holds its
+    // tenant's slot while the handler runs.
+    let all_three = code_runner_conformance::standin::wait::until(
+        std::time::Duration::from_secs(5),
+        || async { w.bus.forwarded.lock().unwrap().len() == 3 },
+    )
+    .await;
+    assert!(all_three, "the void call was forwarded");
     let forwarded = w.bus.forwarded.lock().unwrap().clone();
     assert_eq!(
         forwarded,
         vec![
             ("ops::f".to_string(), Routing::Wait),
             ("nope::x".to_string(), Routing::Wait),
-            ("ops::f".to_string(), Routing::Void),
+            ("ops::f".to_string(), Routing::Wait),
         ],
         "the worker's own functions are served in-process, never forwarded"
     );
@@ -344,7 +364,7 @@ async fn the_middleware_forwards_other_calls_and_relays_their_answers_unchanged(
 async fn a_guests_calls_waiting_on_handlers_are_bounded_per_tenant() {
     let w = world(1, 4);
     register(&w, &Caller::Trusted, "ops::f").await.unwrap();
-    let (a, b) = (Lineage::fresh(), Lineage::fresh());
+    let ((a, _ra), (b, _rb)) = (rooted(&w), rooted(&w));
     let call = |l: &Lineage| {
         let ctx = json!({"lineage": l.as_str(), "depth": 0});
         w.bus

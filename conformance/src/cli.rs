@@ -127,15 +127,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
         configuration_dir: args.configuration_dir,
         without_sandbox: false,
     };
-    let layout = crate::standin::stack::ListenerLayout {
-        main_host: args.main_host,
-        guest: Some(crate::standin::stack::GuestGate {
-            port: args.guest_port,
-            prefix: args.guest_prefix,
-            // No middleware or trigger hook on `serve`'s guest listener yet.
-            tenancy: false,
-        }),
-    };
+    let layout = crate::standin::stack::ListenerLayout::served(
+        &args.guest_prefix,
+        args.guest_port,
+        args.main_host,
+    );
     let stack = match Stack::start_with_layout(options, layout).await {
         Ok(b) => b,
         Err(e) => {

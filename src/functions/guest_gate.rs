@@ -5,9 +5,13 @@
 //! - `run`, `register_function` and `teardown` are served in-process as the
 //!   guest's tenant ([`Caller::Guest`]): its lineage's budget, depth and
 //!   ownership apply (`crate::tenancy`).
-//! - Every other call is forwarded unchanged (payload, routing, namespace)
-//!   and its answer, error code included, goes back as it came. The target
-//!   then sees this worker as its caller, as on the real engine.
+//! - Every other call is classified by what it touches and decided by
+//!   `guest_policy`: the platform's functions and other tenants' are
+//!   refused with `FORBIDDEN`; this worker's handlers are forwarded holding
+//!   one of the tenant's call slots until the handler is done, whatever the
+//!   routing; anything else is forwarded unchanged (payload, routing,
+//!   namespace) and its answer, error code included, goes back as it came.
+//!   The target then sees this worker as its caller, as on the real engine.
 //!
 //! The engine consults the middleware only after its own RBAC decision, so a
 //! function the auth result forbids never gets here; it skips the
@@ -23,6 +27,7 @@ use super::{serve_as, OWN};
 use crate::bus::{Bus, FunctionSpec, Handler, Routing};
 use crate::error::WorkerError;
 use crate::guest_access::{GuestTokens, GUEST_MIDDLEWARE};
+use crate::guest_policy::{self as policy, CallTarget, CallVerdict, NamespaceOwner};
 use crate::runtime::Manager;
 use crate::tenancy::Caller;
 
@@ -68,51 +73,120 @@ fn routing(action: Option<&Value>) -> Result<Routing, WorkerError> {
     }
 }
 
-/// One guest call, decided.
+/// What `function_id` (called in engine namespace `namespace`, `None` for
+/// the default) touches, from what the worker records.
+fn classify(m: &Manager, function_id: &str, namespace: Option<&str>) -> CallTarget {
+    let ns = policy::namespace_of(function_id);
+    if namespace.is_none() && OWN.contains(&function_id) {
+        return CallTarget::WorkerOperation;
+    }
+    if policy::is_reserved(ns) {
+        return CallTarget::Reserved;
+    }
+    let owner = m.guest_tokens().owner_of(ns);
+    if namespace.is_none() && m.serves(function_id) {
+        return CallTarget::Handler(owner);
+    }
+    match owner {
+        NamespaceOwner::Lineage(l) => CallTarget::LineageFunction(l),
+        _ => CallTarget::Elsewhere,
+    }
+}
+
+/// One guest call, decided by `guest_policy` and carried out.
 async fn gate(m: Arc<Manager>, bus: Arc<dyn Bus>, input: Value) -> Result<Value, WorkerError> {
     let input: MiddlewareInput = crate::wire::decode(input)?;
     let guest = GuestTokens::guest_of(input.context.as_ref())?;
     let routing = routing(input.action.as_ref())?;
     let namespace = input.namespace.filter(|ns| ns != "default");
-    let own = namespace.is_none() && OWN.contains(&input.function_id.as_str());
-    if own {
-        let caller = Caller::Guest(guest);
-        return match routing {
-            Routing::Wait => serve_as(&m, &caller, &input.function_id, input.payload).await,
-            Routing::Void => {
-                let id = input.function_id;
-                tokio::spawn(async move {
-                    if let Err(e) = serve_as(&m, &caller, &id, input.payload).await {
-                        tracing::debug!(function_id = %id, code = %e.code(), "a guest's void call failed");
-                    }
-                });
-                Ok(Value::Null)
-            }
-            // A queue's consumer would call it as a trusted caller, outside
-            // the tenant's budget and ownership.
-            Routing::Enqueue { .. } => Err(WorkerError::invalid(
-                "action",
-                "guest code cannot enqueue sandbox-code-runner's functions; call them directly",
-            )),
-        };
-    }
-    // A tenant's calls queued on this worker's handlers are bounded, so it
-    // cannot stall another tenant's calls behind its own.
-    let _in_flight = if namespace.is_none() && m.serves(&input.function_id) {
-        Some(m.tenants().admit_call(&guest)?)
-    } else {
-        None
+    let target = classify(&m, &input.function_id, namespace.as_deref());
+    let counted = match policy::decide_call(&guest.lineage, &target) {
+        CallVerdict::Deny(why) => {
+            return Err(WorkerError::Forbidden(format!(
+                "function '{}' not allowed for guest code: {why}",
+                input.function_id
+            )))
+        }
+        CallVerdict::ServeAsTenant => {
+            return serve_own(
+                m,
+                Caller::Guest(guest),
+                input.function_id,
+                input.payload,
+                routing,
+            )
+            .await
+        }
+        CallVerdict::Forward { counted } => counted,
     };
     let budget = forward_budget(&m);
-    bus.forward(
-        &input.function_id,
-        input.payload,
-        routing,
-        namespace.as_deref(),
-        budget,
-    )
-    .await
-    .map_err(WorkerError::Relayed)
+    if !counted {
+        return bus
+            .forward(
+                &input.function_id,
+                input.payload,
+                routing,
+                namespace.as_deref(),
+                budget,
+            )
+            .await
+            .map_err(WorkerError::Relayed);
+    }
+    // A call into this worker's handlers holds one of its tenant's call
+    // slots for as long as the handler works on it, whatever the routing:
+    // a void call is awaited here, in the background, with its slot held.
+    let permit = m.tenants().admit_call(&guest)?;
+    let forward = async move {
+        let _permit = permit;
+        bus.forward(
+            &input.function_id,
+            input.payload,
+            Routing::Wait,
+            None,
+            budget,
+        )
+        .await
+        .map_err(WorkerError::Relayed)
+    };
+    match routing {
+        Routing::Wait => forward.await,
+        Routing::Void => {
+            tokio::spawn(forward);
+            Ok(Value::Null)
+        }
+        // A queue's consumer would run it later, outside the tenant's bound.
+        Routing::Enqueue { .. } => Err(WorkerError::invalid(
+            "action",
+            "guest code cannot enqueue calls to sandbox-code-runner's handlers; call them directly or void",
+        )),
+    }
+}
+
+/// One of the worker's own operations, served as the guest's tenant.
+async fn serve_own(
+    m: Arc<Manager>,
+    caller: Caller,
+    function_id: String,
+    payload: Value,
+    routing: Routing,
+) -> Result<Value, WorkerError> {
+    match routing {
+        Routing::Wait => serve_as(&m, &caller, &function_id, payload).await,
+        Routing::Void => {
+            tokio::spawn(async move {
+                if let Err(e) = serve_as(&m, &caller, &function_id, payload).await {
+                    tracing::debug!(function_id = %function_id, code = %e.code(), "a guest's void call failed");
+                }
+            });
+            Ok(Value::Null)
+        }
+        // A queue's consumer would call it as a trusted caller, outside
+        // the tenant's budget and ownership.
+        Routing::Enqueue { .. } => Err(WorkerError::invalid(
+            "action",
+            "guest code cannot enqueue sandbox-code-runner's functions; call them directly",
+        )),
+    }
 }
 
 /// Publishes the middleware. Like `guest-auth`, it answers whether or not a

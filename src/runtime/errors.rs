@@ -50,6 +50,8 @@ pub enum RunError {
     LangMismatch { runs: Lang },
     #[error("the kept runtime's VM was reaped")]
     Expired,
+    #[error("the trusted run this guest code grew from has ended")]
+    LineageEnded,
 }
 
 impl RunError {
@@ -75,6 +77,11 @@ impl From<RunError> for WorkerError {
     fn from(e: RunError) -> WorkerError {
         match e {
             RunError::Tenant(r) => r.into(),
+            RunError::LineageEnded => WorkerError::Expired(
+                "the trusted run or runtime this guest code grew from has ended; \
+                 its kept runtimes end with it"
+                    .into(),
+            ),
             RunError::AcquireVm(d) | RunError::PrepareSdk(d) | RunError::Exec(d) => d.into_wire(),
             RunError::UnknownRuntime => WorkerError::RuntimeNotFound("unknown runtime_id".into()),
             RunError::LangMismatch { runs } => WorkerError::invalid(
@@ -97,6 +104,8 @@ pub enum RegisterError {
     IdCheck(#[source] BusError),
     #[error("namespace `{namespace}` is another tenant's")]
     ForeignNamespace { namespace: String },
+    #[error("namespace `{namespace}` belongs to guest code")]
+    GuestNamespace { namespace: String },
     #[error("the guest's tenant may not start another VM")]
     Tenant(#[source] TenantRefusal),
     #[error("no VM could be had for the namespace")]
@@ -126,6 +135,13 @@ impl From<RegisterError> for WorkerError {
                 "function_id",
                 format!(
                     "namespace `{namespace}` belongs to another tenant; register in a namespace of your own"
+                ),
+            ),
+            RegisterError::GuestNamespace { namespace } => WorkerError::invalid(
+                "function_id",
+                format!(
+                    "namespace `{namespace}` belongs to guest code (a tenant's run created it); \
+                     tear it down to take it back, or register in another namespace"
                 ),
             ),
             RegisterError::Tenant(r) => r.into(),

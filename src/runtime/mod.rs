@@ -38,6 +38,7 @@ mod failure;
 mod inventory;
 mod invoke;
 mod lifeline;
+mod lineage;
 mod publish;
 mod python_sdk;
 mod ready;
@@ -107,6 +108,7 @@ impl Manager {
         let tenants = Tenants::new(TenantLimits {
             max_concurrent_runs: config.guest_max_concurrent_runs,
             max_depth: config.guest_max_run_depth,
+            max_guest_vms: config.guest_vm_ceiling(),
         });
         Arc::new_cyclic(|me| Manager {
             pool,

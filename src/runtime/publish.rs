@@ -15,6 +15,8 @@ use super::{lock, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
+use crate::guest_access::GuestTokens;
+use crate::guest_policy::NamespaceOwner;
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
 use crate::tenancy::Caller;
@@ -26,16 +28,43 @@ enum InstallError {
     Failed(RegisterError),
 }
 
-/// `Err` naming `ns` when a live runtime of it is not `caller`'s to change.
-fn owned_by_another(st: &State, caller: &Caller, ns: &Namespace) -> Result<(), RegisterError> {
-    let foreign = st
-        .in_namespace(ns)
-        .iter()
-        .any(|rt| !caller.may_change(rt.owner.as_ref()));
-    if foreign {
-        return Err(RegisterError::ForeignNamespace {
-            namespace: ns.as_str().to_string(),
-        });
+/// `Err` naming `ns` when it is not `caller`'s to register into: a guest
+/// only into a namespace its lineage owns (or a free one); a trusted caller
+/// never into one guest code owns, by a runtime or by registering there on
+/// its own connection (it may tear it down first to take it back).
+fn owned_by_another(
+    st: &State,
+    tokens: &GuestTokens,
+    caller: &Caller,
+    ns: &Namespace,
+) -> Result<(), RegisterError> {
+    let namespace = || ns.as_str().to_string();
+    let claimed_by = match tokens.owner_of(ns.as_str()) {
+        NamespaceOwner::Lineage(l) => Some(l),
+        _ => None,
+    };
+    match caller {
+        Caller::Trusted => {
+            let by_guests =
+                claimed_by.is_some() || st.in_namespace(ns).iter().any(|rt| rt.owner.is_some());
+            if by_guests {
+                return Err(RegisterError::GuestNamespace {
+                    namespace: namespace(),
+                });
+            }
+        }
+        Caller::Guest(_) => {
+            let foreign = st
+                .in_namespace(ns)
+                .iter()
+                .any(|rt| !caller.may_change(rt.owner.as_ref()))
+                || claimed_by.is_some_and(|l| !caller.may_change(Some(&l)));
+            if foreign {
+                return Err(RegisterError::ForeignNamespace {
+                    namespace: namespace(),
+                });
+            }
+        }
     }
     Ok(())
 }
@@ -134,7 +163,7 @@ impl Manager {
     /// Refuses a guest whose lineage does not own every live runtime of
     /// `ns` (a fresh namespace has none, so anyone may take it).
     fn check_namespace_owner(&self, caller: &Caller, ns: &Namespace) -> Result<(), RegisterError> {
-        owned_by_another(&lock(&self.state), caller, ns)
+        owned_by_another(&lock(&self.state), &self.tokens, caller, ns)
     }
 
     /// The runtime of (namespace, lang), created on first use.
@@ -174,11 +203,16 @@ impl Manager {
             token,
             admitted,
         );
+        if rt.owner.is_some() && !self.lineage_lives(&rt.lineage) {
+            // Its root ended while the VM booted: nobody could reach it.
+            self.stop_vm(&sandbox_id).await;
+            return Err(RegisterError::Expired);
+        }
         let adopted = {
             let mut st = lock(&self.state);
             // Another lineage may have taken the namespace (in its other
             // language) while this VM booted.
-            owned_by_another(&st, caller, ns).map(|()| {
+            owned_by_another(&st, &self.tokens, caller, ns).map(|()| {
                 self.tokens.hold(ns.as_str(), rt.owner.as_ref());
                 st.adopt(rt.clone());
             })

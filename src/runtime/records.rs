@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::guest_access::TokenLease;
 use crate::ids::{Lang, Namespace, RuntimeId};
-use crate::tenancy::{Admission, Lineage, RunPermit};
+use crate::tenancy::{Admission, Lineage, Permit, RunPermit};
 
 use super::inventory;
 
@@ -44,6 +44,14 @@ pub(super) struct Runtime {
     pub(super) owner: Option<Lineage>,
     /// The slot of its owner's budget it holds while it lives.
     pub(super) permit: Mutex<Option<RunPermit>>,
+    /// The lineage its guests belong to.
+    pub(super) lineage: Lineage,
+    /// Set by the first `forget`: a runtime leaves the ledger once, however
+    /// many paths (teardown, expiry, its lineage's end, shutdown) race.
+    pub(super) forgotten: std::sync::atomic::AtomicBool,
+    /// For a trusted caller's runtime: its lineage's life (see
+    /// `Admission::root`).
+    pub(super) root: Mutex<Option<Permit>>,
     /// What the inventory shows: handle, created, last used, executions.
     pub(super) meta: inventory::Meta,
 }
@@ -71,6 +79,9 @@ impl Runtime {
             token: Mutex::new(token),
             owner: admitted.owner,
             permit: Mutex::new(admitted.permit),
+            lineage: admitted.lineage,
+            forgotten: Default::default(),
+            root: Mutex::new(admitted.root),
             meta: inventory::Meta::new(),
         })
     }
@@ -275,6 +286,7 @@ mod tests {
             crate::tenancy::Tenants::new(crate::tenancy::TenantLimits {
                 max_concurrent_runs: 1,
                 max_depth: 1,
+                max_guest_vms: 1,
             })
             .admit(&crate::tenancy::Caller::Trusted)
             .unwrap(),

@@ -106,6 +106,13 @@ impl Manager {
                 }
             }
         };
+        let lineage = admitted.lineage.clone();
+        if keep && out.exit_code == Some(0) && !self.lineage_lives(&lineage) {
+            // Its root ended while it ran: nobody could reach it.
+            drop(token);
+            self.stop_vm(&sandbox_id).await;
+            return Err(RunError::LineageEnded);
+        }
         if keep && out.exit_code == Some(0) {
             let id = RuntimeId::generate();
             let sdk = if uses_iii || sdk_in_vm {
@@ -132,6 +139,12 @@ impl Manager {
         // and its token is revoked before the caller hears back.
         drop(token);
         let _budget_until_the_vm_is_gone = admitted.permit;
+        // A trusted one-shot was its lineage's root: what its guest code
+        // kept ends with it.
+        if admitted.root.is_some() {
+            drop(admitted.root);
+            self.end_lineage(&lineage);
+        }
         if keep {
             self.stop_vm(&sandbox_id).await;
         } else {

@@ -28,6 +28,9 @@ impl Manager {
     /// guests' token revoked, its budget slot returned; its VM is left to
     /// `fate` (see [`VmFate`]).
     pub(super) fn forget(&self, rt: &Arc<Runtime>, fate: VmFate) -> Vec<String> {
+        if rt.forgotten.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Vec::new();
+        }
         let fns: Vec<String> = {
             let mut f: Vec<String> = lock(&rt.functions).drain().map(|(k, _)| k).collect();
             f.sort();
@@ -44,6 +47,12 @@ impl Manager {
         self.forget_waiting(&rt.sandbox_id);
         for f in &fns {
             self.bus.unpublish(f);
+        }
+        // A trusted caller's runtime was its lineage's root.
+        let root = lock(&rt.root).take();
+        if root.is_some() {
+            drop(root);
+            self.end_lineage(&rt.lineage);
         }
         fns
     }

@@ -62,6 +62,7 @@ pub(crate) fn guest_listener(gate: &GuestGate) -> GuestListener {
         port: gate.port,
         middleware_function_id,
         rbac,
+        hooks_when_published: gate.when_published,
     }
 }
 
@@ -136,9 +137,34 @@ pub(crate) struct GuestGate {
     /// call goes through its `guest-middleware`, every guest trigger binding
     /// through its `guest-trigger` hook.
     pub(crate) tenancy: bool,
+    /// With `tenancy`: the middleware and trigger hook apply only while the
+    /// worker has them registered (`serve`, which does not know which
+    /// worker will connect).
+    pub(crate) when_published: bool,
 }
 
 impl ListenerLayout {
+    /// What `serve` lays out: main on `main_host`, guests on a 127.0.0.1
+    /// listener gated by `prefix`'s auth function and registration hook,
+    /// with its middleware and trigger hook whenever the worker that
+    /// connects publishes them (as `guest-listener-config` lays them out for
+    /// the real engine).
+    pub(crate) fn served(
+        prefix: &str,
+        guest_port: u16,
+        main_host: std::net::Ipv4Addr,
+    ) -> ListenerLayout {
+        ListenerLayout {
+            main_host,
+            guest: Some(GuestGate {
+                port: guest_port,
+                prefix: prefix.to_string(),
+                tenancy: true,
+                when_published: true,
+            }),
+        }
+    }
+
     /// Main on the host-only 127.0.0.2, guests on a 127.0.0.1 listener
     /// gated by `prefix`'s auth function (and, with `tenancy`, its
     /// middleware and trigger hook): the layout
@@ -150,6 +176,7 @@ impl ListenerLayout {
                 port: guest_port,
                 prefix: prefix.to_string(),
                 tenancy,
+                when_published: false,
             }),
         }
     }
@@ -293,6 +320,7 @@ mod tests {
             port: 7,
             prefix: "w".into(),
             tenancy,
+            when_published: false,
         }
     }
 
@@ -303,6 +331,21 @@ mod tests {
         assert_eq!(g.rbac.on_trigger_registration_function_id, None);
         assert_eq!(g.rbac.auth_function_id.as_deref(), Some("w::guest-auth"));
         assert_eq!(g.port, 7);
+    }
+
+    #[test]
+    fn serve_lays_out_the_middleware_and_trigger_hook_for_a_worker_that_publishes_them() {
+        let layout = ListenerLayout::served("w", 7, MAIN_HOST);
+        let g = guest_listener(layout.guest.as_ref().unwrap());
+        assert_eq!(
+            g.middleware_function_id.as_deref(),
+            Some("w::guest-middleware")
+        );
+        assert_eq!(
+            g.rbac.on_trigger_registration_function_id.as_deref(),
+            Some("w::guest-trigger")
+        );
+        assert!(g.hooks_when_published);
     }
 
     #[test]

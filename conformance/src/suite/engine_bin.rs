@@ -244,6 +244,7 @@ mod tests {
             port: 0,
             prefix: "w".into(),
             tenancy: false,
+            when_published: false,
         };
         let v: serde_json::Value =
             serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();
@@ -266,6 +267,7 @@ mod tests {
             port: 0,
             prefix: "w".into(),
             tenancy: true,
+            when_published: false,
         };
         let v: serde_json::Value =
             serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();

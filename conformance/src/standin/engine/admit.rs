@@ -101,7 +101,14 @@ pub(super) async fn admit_trigger(
         tracing::debug!(%trigger_type, "trigger type not allowed for this session");
         return false;
     }
-    if let Some(hook) = &session.rbac().on_trigger_registration_function_id {
+    let hook = session
+        .rbac()
+        .on_trigger_registration_function_id
+        .as_ref()
+        .filter(|hook| {
+            !session.hooks_when_published() || super::middleware::is_published(&lock(state), hook)
+        });
+    if let Some(hook) = hook {
         let input = json!({
             "trigger_id": id,
             "trigger_type": trigger_type,

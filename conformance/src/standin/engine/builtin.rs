@@ -16,8 +16,17 @@ pub(super) fn builtin(
             register_worker_name(st, from, data);
             Some(Ok(Value::Null))
         }
-        "engine::functions::list" => Some(Ok(functions_list(st, data))),
-        "engine::functions::info" => Some(functions_info(st, data)),
+        "engine::functions::list" => {
+            let mut listed = functions_list(st, data);
+            if let Some(session) = session_of(st, from) {
+                visible_only(st, &session, &mut listed);
+            }
+            Some(Ok(listed))
+        }
+        "engine::functions::info" => Some(match session_of(st, from) {
+            Some(session) => functions_info_for(st, &session, data),
+            None => functions_info(st, data),
+        }),
         "engine::workers::list" => Some(Ok(workers_list(st))),
         "engine::channels::create" => Some(st.channels.create(data)),
         "engine::triggers::list" => Some(Ok(triggers_list(st, data))),
@@ -27,6 +36,69 @@ pub(super) fn builtin(
             format!("Function {other} not found in namespace {DEFAULT_NAMESPACE}."),
         ))),
     }
+}
+
+/// The RBAC session of the connection `from`, if it came through such a
+/// listener.
+fn session_of(st: &State, from: Uuid) -> Option<std::sync::Arc<Session>> {
+    st.workers.get(&from).and_then(|w| w.session.clone())
+}
+
+/// Whether `session` may call `function_id`: what the engine's listings
+/// show such a connection (0.23.0-rc.4 filters `functions::list` and
+/// `functions::info` through the caller's RBAC session).
+fn visible(st: &State, session: &Session, function_id: &str) -> bool {
+    let metadata = st
+        .functions
+        .get(&(DEFAULT_NAMESPACE.to_string(), function_id.to_string()))
+        .and_then(|f| f.metadata.as_ref());
+    session.decide(function_id, metadata).is_ok()
+}
+
+/// Drops from a `functions::list` answer what `session` may not call.
+fn visible_only(st: &State, session: &Session, listed: &mut Value) {
+    if let Some(fns) = listed.get_mut("functions").and_then(Value::as_array_mut) {
+        fns.retain(|f| {
+            f.get("function_id")
+                .and_then(Value::as_str)
+                .is_some_and(|id| visible(st, session, id))
+        });
+    }
+}
+
+/// `functions::info` for an RBAC session: an id it may not call is
+/// `FORBIDDEN`, as on the engine (a batch marks it `forbidden`).
+fn functions_info_for(
+    st: &State,
+    session: &Session,
+    data: &Value,
+) -> Result<Value, (&'static str, String)> {
+    if let Some(id) = data.get("function_id").and_then(Value::as_str) {
+        if st
+            .functions
+            .contains_key(&(DEFAULT_NAMESPACE.to_string(), id.to_string()))
+            && !visible(st, session, id)
+        {
+            return Err((
+                "FORBIDDEN",
+                format!("Function '{id}' is not visible to this session."),
+            ));
+        }
+    }
+    let mut answer = functions_info(st, data)?;
+    if let Some(fns) = answer.get_mut("functions").and_then(Value::as_array_mut) {
+        for f in fns.iter_mut() {
+            let id = f
+                .get("function_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if f.get("error").is_none() && !visible(st, session, &id) {
+                *f = json!({"function_id": id, "error": "forbidden"});
+            }
+        }
+    }
+    Ok(answer)
 }
 
 pub(super) fn include_internal(data: &Value) -> bool {

@@ -39,6 +39,12 @@ pub(super) fn is_engine_owned_builtin(st: &State, namespace: &str, function_id: 
             .contains_key(&(namespace.to_string(), function_id.to_string()))
 }
 
+/// Whether a worker registered `function_id` in the default namespace.
+pub(super) fn is_published(st: &State, function_id: &str) -> bool {
+    st.functions
+        .contains_key(&(DEFAULT_NAMESPACE.to_string(), function_id.to_string()))
+}
+
 /// The action as the engine re-encodes it: `{"type":"void"}`,
 /// `{"type":"enqueue","queue":…}`, or `null` when the call had none.
 fn action_value(msg: &Map<String, Value>) -> Value {
@@ -66,6 +72,9 @@ pub(super) fn intercept(
     let function_id = str_field(msg, "function_id")?;
     let namespace = str_field(msg, "namespace").unwrap_or(DEFAULT_NAMESPACE);
     if is_engine_owned_builtin(st, namespace, function_id) {
+        return None;
+    }
+    if session.hooks_when_published() && !is_published(st, middleware_id) {
         return None;
     }
     let input = json!({
@@ -183,5 +192,41 @@ mod tests {
         );
         assert!(!is_engine_owned_builtin(&st, "default", "engine::x"));
         assert!(is_engine_owned_builtin(&st, "orders", "engine::x"));
+    }
+
+    fn function(id: &str) -> Function {
+        Function {
+            id: id.into(),
+            owner: Uuid::new_v4(),
+            description: None,
+            request_format: None,
+            response_format: None,
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_when_published_middleware_applies_once_registered_and_only_then() {
+        let mut st = State::new();
+        let session = Session {
+            listener: std::sync::Arc::new(GuestListener {
+                middleware_function_id: Some("w::guest-middleware".into()),
+                hooks_when_published: true,
+                ..GuestListener::default()
+            }),
+            auth: AuthResult::open(),
+        };
+        let call = msg(json!({"function_id": "app::f", "data": {}}));
+        assert!(
+            intercept(&st, &session, Uuid::new_v4(), &call).is_none(),
+            "no worker publishes the middleware: the call goes to its target"
+        );
+        st.functions.insert(
+            ("default".into(), "w::guest-middleware".into()),
+            function("w::guest-middleware"),
+        );
+        let taken = intercept(&st, &session, Uuid::new_v4(), &call)
+            .expect("the published middleware takes the call");
+        assert_eq!(taken.middleware_id, "w::guest-middleware");
     }
 }

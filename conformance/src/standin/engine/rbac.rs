@@ -134,6 +134,12 @@ pub struct GuestListener {
     /// target, the engine's own `engine::*` builtins excepted.
     pub middleware_function_id: Option<String>,
     pub rbac: RbacConfig,
+    /// Stand-in only (what `serve` lays out): the middleware and the
+    /// trigger-registration hook apply only while a worker has them
+    /// registered, so one stand-in serves a worker that publishes them
+    /// exactly as the real engine configured by `guest-listener-config`
+    /// would, and one that does not as the plain RBAC listener would.
+    pub hooks_when_published: bool,
 }
 
 impl Default for GuestListener {
@@ -144,6 +150,7 @@ impl Default for GuestListener {
             port: 0,
             middleware_function_id: None,
             rbac: RbacConfig::default(),
+            hooks_when_published: false,
         }
     }
 }
@@ -262,6 +269,11 @@ impl Session {
     /// The listener's middleware, if it has one.
     pub(crate) fn middleware(&self) -> Option<&str> {
         self.listener.middleware_function_id.as_deref()
+    }
+
+    /// Whether the listener's hooks apply only while they are registered.
+    pub(crate) fn hooks_when_published(&self) -> bool {
+        self.listener.hooks_when_published
     }
 
     /// Whether the session may bind triggers of `trigger_type`.
