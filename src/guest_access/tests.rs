@@ -19,7 +19,7 @@ fn a_minted_token_authenticates_until_its_lease_drops() {
     let forbidden = policy["forbidden_functions"].as_array().unwrap();
     for f in SANDBOX_CONTRACT.iter().chain(INTERNAL_FUNCTIONS).chain(&[
         "engine::registered-triggers::list",
-        "engine::functions::info",
+        "engine::workers::list",
         "engine::queue::enqueue",
         "engine::brand_new",
     ]) {
