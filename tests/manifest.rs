@@ -76,6 +76,14 @@ fn the_guest_listener_section_is_the_codes() {
         Config::parse(&format!("{key}: 3\n"))
             .unwrap_or_else(|e| panic!("{key} is not a worker config key: {e}"));
     }
+    for key in g["guest_share_settings"]
+        .as_sequence()
+        .expect("guest_share_settings")
+    {
+        let key = key.as_str().unwrap();
+        Config::parse(&format!("{key}: 1\n"))
+            .unwrap_or_else(|e| panic!("{key} is not a worker config key: {e}"));
+    }
     let setting = g["worker_setting"].as_str().expect("worker_setting");
     let parsed = Config::parse(&format!("{setting}: ws://127.0.0.1:49135\n"))
         .expect("the named setting is a worker config key");

@@ -82,7 +82,7 @@ fn namespaces_have_one_owner_each() {
 
 #[rstest]
 #[case::reserved_engine("engine::functions::info", None, false)]
-#[case::reserved_daemon("sandbox::exec", None, false)]
+#[case::reserved_daemon("sandbox::anything", None, false)]
 #[case::reserved_worker("sandbox-code-runner::run", None, false)]
 #[case::reserved_config("configuration::set", None, false)]
 #[case::trusted_runtime("billing::charge", None, false)]
