@@ -6,6 +6,10 @@
 //! nothing. The only planted files are the node SDK bundle (for code that
 //! names `iii`) and registered handler sources, both under private tmpfs
 //! paths of the VM (`/node_modules`, `/tmp`), never the shared image rootfs.
+//! An exec runs as root in the VM; each wrapper drops to the image's
+//! unprivileged user before the guest's code runs (`guest/README.md`), so
+//! guest code cannot write the image's rootfs, which every VM of the image
+//! shares.
 
 use std::collections::BTreeMap;
 
@@ -76,7 +80,12 @@ fn interpreter(lang: Lang, script: &str) -> Vec<String> {
             "-e".into(),
             script.into(),
         ],
-        Lang::Python => vec!["python3".into(), "-c".into(), script.into()],
+        // Isolated (-I): the interpreter starts as root and must load
+        // nothing from the cwd (/tmp, the guest's), a user site or PYTHON*
+        // variables; the wrapper gives guest code back `python3 -c`'s
+        // sys.path once it has dropped to the guest user.
+        // (`-Ic`: the script stays argv[2].)
+        Lang::Python => vec!["python3".into(), "-Ic".into(), script.into()],
     }
 }
 

@@ -7,6 +7,10 @@
 //! it is planted) but connected nothing and holds no token: it is started
 //! with the VM's environment only. A call's env (its token among it) travels
 //! in the relayed request. See `guest/prestart/relay.sh` for the protocol.
+//! It runs as root, as every exec does, and loads only what root owns; the
+//! process that runs a call (python's forked child, or the node interpreter
+//! itself) drops to the guest user in the call's wrapper, before any guest
+//! code, so guest code can neither change nor signal what waits.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,7 +81,8 @@ fn spawn_command(lang: Lang, next: u64, prefix: &str) -> String {
 /// exec's shell, kept as `SCR_HARNESS`).
 fn interpreter(lang: Lang) -> &'static str {
     match lang {
-        Lang::Python => r#"python3 -c "$SCR_HARNESS""#,
+        // Isolated, as every python the worker starts as root (`guest`).
+        Lang::Python => r#"python3 -Ic "$SCR_HARNESS""#,
         // From the file the spawner writes from SCR_HARNESS (relay.sh): a
         // node relay, which starts the next one, need not carry it.
         Lang::Node => "node /tmp/.scr/pre/ready.mjs",
@@ -430,6 +435,50 @@ mod tests {
         assert_eq!(started.len(), 1, "one more makes two: {started:?}");
     }
 
+    /// What waits runs as root and loads what its directory holds, so it
+    /// starts only in a directory of its own user's, and its parent's (the
+    /// VM's /tmp/.scr, which guest code, another user, cannot have made):
+    /// not through a symlink, not in a directory another user owns.
+    #[test]
+    fn nothing_starts_waiting_in_a_directory_another_user_could_change() {
+        use std::process::Command;
+        let base = std::env::temp_dir().join(format!("scr-own-{}", uuid::Uuid::new_v4().simple()));
+        let own = base.join("own");
+        std::fs::create_dir_all(&own).unwrap();
+        std::os::unix::fs::symlink(&own, base.join("link")).unwrap();
+        let spawn = |pre: &std::path::Path| {
+            let script = format!(
+                "{}\nSCR_PRE={p}\nscr_spawn {p}/1 sh -c 'exec sleep 30' sh\n",
+                relay(),
+                p = pre.display()
+            );
+            let status = Command::new("sh").args(["-c", &script]).status().unwrap();
+            let pid = std::fs::read_to_string(pre.join("1/pid")).ok();
+            if let Some(pid) = pid.as_deref().map(str::trim).filter(|p| p.len() > 1) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+            }
+            (status.success(), pid.is_some())
+        };
+        let mut cases = vec![
+            (base.join("link").join("pre"), false),
+            (own.join("pre"), true),
+        ];
+        // Where this test may give a directory away (as root).
+        let theirs = base.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        if std::os::unix::fs::chown(&theirs, Some(1000), Some(1000)).is_ok() {
+            cases.push((theirs.join("pre"), false));
+        }
+        let seen: Vec<_> = cases.iter().map(|(pre, _)| spawn(pre)).collect();
+        let _ = std::fs::remove_dir_all(&base);
+        for ((pre, starts), (ok, started)) in cases.iter().zip(seen) {
+            assert!(ok, "{}", pre.display());
+            assert_eq!(started, *starts, "{}", pre.display());
+        }
+    }
+
     #[test]
     fn the_relay_scripts_travel_without_comments_and_still_parse() {
         for (full, bare) in [(RELAY_SH, relay()), (RELAY_FORK_SH, relay_fork())] {
@@ -475,7 +524,7 @@ mod tests {
             "{command}"
         );
         assert!(
-            command.contains(r#"SCR_NEXT='scr_spawn /tmp/.scr/pre/5 python3 -c "$SCR_HARNESS"'"#),
+            command.contains(r#"SCR_NEXT='scr_spawn /tmp/.scr/pre/5 python3 -Ic "$SCR_HARNESS"'"#),
             "{command}"
         );
         assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");

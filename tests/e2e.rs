@@ -553,15 +553,19 @@ async fn a_waiting_interpreter_holds_no_token_and_no_connection() {
     h.finish(0).await;
 }
 
-/// Guest code can kill what waits in its own VM; that only costs it the
-/// speed-up, once. A call whose fork server is killed while it runs still
-/// answers (the child ends the call itself); the next call finds no server
-/// and runs cold (a cold exec's parent is the VM's init, PID 1), starting a
-/// new server; the call after that is forked off it again.
+/// A fork server that dies costs one cold call and nothing else. (Guest
+/// code runs as another user than the server, root, so it cannot kill it:
+/// here the host does, while a call forked off it runs.) The call whose
+/// fork server is killed while it runs still answers (the child ends the
+/// call itself); the next call finds no server and runs cold (a cold
+/// exec's parent is the VM's init, PID 1), starting a new server; the call
+/// after that is forked off it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_fork_server_costs_one_cold_call_and_nothing_else() {
     let h = Harness::start("").await;
-    let source = "def handler(payload):\n    import glob, os, signal\n    parent = os.getppid()\n    if payload.get('kill'):\n        for f in glob.glob('/tmp/.scr/pre/*/pid'):\n            os.kill(int(open(f).read()), signal.SIGKILL)\n    return parent\n";
+    // With `mark`, the call says it runs (a file in its VM's /tmp) and
+    // answers once its server is gone.
+    let source = "def handler(payload):\n    import os, select\n    parent = os.getppid()\n    if payload.get('mark'):\n        gone = os.pidfd_open(parent)\n        open(payload['mark'], 'w').close()\n        select.select([gone], [], [], 20)\n    return parent\n";
     h.call(
         REGISTER,
         json!({"function_id": "pre-kill::parent", "lang": "python", "source": source}),
@@ -574,14 +578,61 @@ async fn a_killed_fork_server_costs_one_cold_call_and_nothing_else() {
         forked, 1,
         "a call is forked off the server the registration started"
     );
-    let killer = h
-        .call("pre-kill::parent", json!({"kill": true}))
+    let mark = format!("/tmp/.scr-e2e-{}", uuid::Uuid::new_v4().simple());
+    let killer = {
+        let client = h.client.clone();
+        let mark = mark.clone();
+        tokio::spawn(async move {
+            client
+                .trigger(iii_sdk::protocol::TriggerRequest {
+                    function_id: "pre-kill::parent".into(),
+                    payload: json!({"mark": mark}),
+                    action: None,
+                    timeout_ms: Some(30_000),
+                })
+                .await
+        })
+    };
+    // The server of the VM that runs the marked call: a python fork server
+    // (its children share its command line) whose parent is not one.
+    let server = || {
+        let servers: Vec<String> = pids_with("/tmp/.scr/pre/")
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
+                    exe.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+                })
+            })
+            .collect();
+        servers.iter().find_map(|pid| {
+            let root = std::path::Path::new("/proc").join(pid).join("root");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            (root.join(&mark[1..]).exists() && !servers.contains(&ppid)).then(|| pid.clone())
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || async { server().is_some() }).await,
+        "the marked call runs, forked off a server"
+    );
+    let pid = server().expect("the server");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let answered = killer
         .await
-        .unwrap();
+        .expect("the call's task")
+        .expect("the call answered");
     assert_eq!(
-        parent(killer),
+        parent(answered),
         forked,
-        "the call that killed its server still answered"
+        "the call whose server was killed still answered"
     );
     let cold = parent(h.call("pre-kill::parent", json!({})).await.unwrap());
     assert_eq!(cold, 1, "with no server waiting, the call ran cold");

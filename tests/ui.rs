@@ -5,15 +5,18 @@
 //! both scripts' setup(host) on React 19, and each built asset loaded with
 //! import() and refused unless its default export is a function); and the
 //! real-browser tests, where the built assets run through the console-host
-//! stand-in (ui/harness) in headless Debian Chromium, which its setup
-//! installs with apt-get when missing and root. Screenshots land in
-//! target/ui-screenshots/, or in $SCR_UI_SCREENSHOT_DIR (docs/screenshots to
-//! refresh the committed ones).
+//! stand-in (ui/harness) in headless Debian Chromium, which these tests
+//! install with apt-get when it is missing and they run as root.
+//! Screenshots land in target/ui-screenshots/, or in $SCR_UI_SCREENSHOT_DIR
+//! (docs/screenshots to refresh the committed ones).
 //!
-//! npm packages are installed once per lockfile: `npm ci` into
-//! `<target>/ui-npm/test-modules/`, stamped with a hash of ui/package.json and
-//! ui/package-lock.json, under a lock file so parallel test processes install
-//! once; ui/node_modules is then a symlink to it.
+//! What these tests install, they install once, whichever test process asks
+//! first (`install_once`: an flock under `<target>/ui-npm/`, and a second
+//! look under it): npm packages once per lockfile, `npm ci` into
+//! `<target>/ui-npm/test-modules/`, stamped with a hash of ui/package.json
+//! and ui/package-lock.json (ui/node_modules is then a symlink to it); and
+//! Chromium, which two browser tests would otherwise each find missing and
+//! each `apt-get install`, the second losing dpkg's lock.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
@@ -25,6 +28,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use code_runner_conformance::standin::install::install_once;
 use code_runner_conformance::standin::wait::until_blocking;
 
 mod common;
@@ -32,10 +36,13 @@ mod common;
 const NPM_DEADLINE: Duration = Duration::from_secs(600);
 const VITEST_DEADLINE: Duration = Duration::from_secs(300);
 const TSC_DEADLINE: Duration = Duration::from_secs(300);
-/// Includes installing Chromium with apt-get on a fresh machine.
-const BROWSER_DEADLINE: Duration = Duration::from_secs(1200);
-/// A lock older than this whose holder is gone is taken over.
-const LOCK_WAIT: Duration = Duration::from_secs(900);
+/// One browser test file (Chromium is installed before it starts).
+const BROWSER_DEADLINE: Duration = Duration::from_secs(600);
+/// Each apt-get step of installing Chromium on a fresh machine.
+const APT_DEADLINE: Duration = Duration::from_secs(900);
+/// The browser the browser tests drive unless `SCR_CHROMIUM` names another
+/// (ui/browser/setup.ts reads the same).
+const CHROMIUM: &str = "/usr/bin/chromium";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -119,61 +126,22 @@ fn nanos() -> u128 {
 }
 
 fn check(what: &str, out: &Output, deadline: Duration) {
+    checked(what, out, deadline).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Whether `out` is a success; `Err` says how it was not.
+fn checked(what: &str, out: &Output, deadline: Duration) -> Result<(), String> {
     match out.status {
-        Some(0) => eprintln!("{what}: ok in {:.1}s", out.elapsed.as_secs_f64()),
-        Some(code) => panic!("{what} exited {code}:\n{}", out.text),
-        None => panic!(
+        Some(0) => {
+            eprintln!("{what}: ok in {:.1}s", out.elapsed.as_secs_f64());
+            Ok(())
+        }
+        Some(code) => Err(format!("{what} exited {code}:\n{}", out.text)),
+        None => Err(format!(
             "{what} did not finish within {}s and was killed:\n{}",
             deadline.as_secs(),
             out.text
-        ),
-    }
-}
-
-/// Holds `<target>/ui-npm/test.lock` while alive.
-struct InstallLock(PathBuf);
-
-impl InstallLock {
-    fn acquire(path: PathBuf) -> InstallLock {
-        let taken = until_blocking(LOCK_WAIT, Duration::from_millis(200), || {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    let _ = write!(f, "{}", std::process::id());
-                    true
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let holder = fs::read_to_string(&path).unwrap_or_default();
-                    let alive = holder
-                        .trim()
-                        .parse::<u32>()
-                        .map(|pid| Path::new(&format!("/proc/{pid}")).exists())
-                        .unwrap_or(true);
-                    if !alive {
-                        // Its holder is gone: the next look takes it over.
-                        let _ = fs::remove_file(&path);
-                    }
-                    false
-                }
-                Err(e) => panic!("cannot create {}: {e}", path.display()),
-            }
-        });
-        if !taken {
-            // Held past LOCK_WAIT: a stale lock of a reused pid; take it over.
-            let _ = fs::remove_file(&path);
-            return InstallLock::acquire(path);
-        }
-        InstallLock(path)
-    }
-}
-
-impl Drop for InstallLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
+        )),
     }
 }
 
@@ -193,31 +161,37 @@ fn node_modules() -> &'static Path {
         fs::create_dir_all(&root).expect("create <target>/ui-npm");
         let cache = root.join("test-modules");
         let stamp = cache.join(".stamp");
-        let _lock = InstallLock::acquire(root.join("test.lock"));
-
-        if fs::read_to_string(&stamp).ok().as_deref() != Some(stamp_value.as_str()) {
-            let work = root.join(format!("test-work-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&work);
-            fs::create_dir_all(&work).expect("create the npm work dir");
-            fs::write(work.join("package.json"), &package_json).unwrap();
-            fs::write(work.join("package-lock.json"), &lock).unwrap();
-            let out = run(
-                Command::new("npm")
-                    .args([
-                        "ci",
-                        "--no-audit",
-                        "--no-fund",
-                        "--ignore-scripts",
-                        "--loglevel=error",
-                    ])
-                    .current_dir(&work),
-                NPM_DEADLINE,
-            );
-            check("npm ci (ui)", &out, NPM_DEADLINE);
-            let _ = fs::remove_dir_all(&cache);
-            fs::rename(&work, &cache).expect("move the npm install into place");
-            fs::write(&stamp, &stamp_value).unwrap();
-        }
+        let current = || fs::read_to_string(&stamp).ok().as_deref() == Some(stamp_value.as_str());
+        install_once(
+            "the UI's npm packages",
+            &root.join("test.lock"),
+            current,
+            || {
+                let work = root.join(format!("test-work-{}", std::process::id()));
+                let _ = fs::remove_dir_all(&work);
+                fs::create_dir_all(&work).map_err(|e| format!("create {work:?}: {e}"))?;
+                fs::write(work.join("package.json"), &package_json).map_err(|e| e.to_string())?;
+                fs::write(work.join("package-lock.json"), &lock).map_err(|e| e.to_string())?;
+                let out = run(
+                    Command::new("npm")
+                        .args([
+                            "ci",
+                            "--no-audit",
+                            "--no-fund",
+                            "--ignore-scripts",
+                            "--loglevel=error",
+                        ])
+                        .current_dir(&work),
+                    NPM_DEADLINE,
+                );
+                checked("npm ci (ui)", &out, NPM_DEADLINE)?;
+                let _ = fs::remove_dir_all(&cache);
+                fs::rename(&work, &cache)
+                    .map_err(|e| format!("move the npm install into place: {e}"))?;
+                fs::write(&stamp, &stamp_value).map_err(|e| e.to_string())
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
 
         // ui/node_modules -> the cache, replaced atomically when it differs.
         let link = ui.join("node_modules");
@@ -234,6 +208,56 @@ fn node_modules() -> &'static Path {
         }
         want
     })
+}
+
+/// Whether this process runs as root (the owner of `/proc/self`).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Debian's Chromium for the browser tests: installed with apt-get when
+/// [`CHROMIUM`] is missing and this runs as root, once across every test
+/// process (each browser test runs in a process of its own, and two
+/// `apt-get install`s at once fight over dpkg's lock; apt also waits for a
+/// lock some other apt holds instead of failing). With `SCR_CHROMIUM`, or
+/// without root, nothing is installed, and the browser test's setup
+/// (ui/browser/setup.ts) says why it skips.
+fn chromium() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if std::env::var_os("SCR_CHROMIUM").is_some() || !running_as_root() {
+            return;
+        }
+        let apt = |args: &[&str]| {
+            run(
+                Command::new("apt-get")
+                    .args(["-o", "DPkg::Lock::Timeout=600", "-y", "-qq"])
+                    .args(args)
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+                APT_DEADLINE,
+            )
+        };
+        let installed = install_once(
+            "Debian's chromium",
+            &target_dir().join("ui-npm").join("chromium.lock"),
+            || Path::new(CHROMIUM).exists(),
+            || {
+                eprintln!("browser tests: {CHROMIUM} is missing; installing Debian's chromium with apt-get");
+                if checked("apt-get install chromium", &apt(&["install", "chromium"]), APT_DEADLINE)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                // A fresh machine's package lists may be missing or stale.
+                checked("apt-get update", &apt(&["update"]), APT_DEADLINE)?;
+                checked("apt-get install chromium", &apt(&["install", "chromium"]), APT_DEADLINE)
+            },
+        );
+        if let Err(e) = installed {
+            panic!("{e}");
+        }
+    });
 }
 
 /// The browser loads exactly the assets embedded in the binary.
@@ -316,6 +340,7 @@ fn vitest_renders_every_card_and_loads_every_asset_without_a_full_runtime_id() {
 /// screenshot of each kind of call.
 #[test]
 fn chromium_runs_the_embedded_assets_through_the_console_host_stand_in() {
+    chromium();
     let dist = embedded_assets();
     let shots = screenshot_dir();
     let started = std::time::SystemTime::now();
@@ -368,6 +393,9 @@ fn chromium_runs_the_embedded_assets_through_the_console_host_stand_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_renders_the_runtimes_page_from_a_live_inventory() {
     use serde_json::json;
+    tokio::task::spawn_blocking(chromium)
+        .await
+        .expect("installing Chromium");
     let limits = code_runner_conformance::standin::sandbox_double::SandboxLimits {
         max_concurrent_sandboxes: 64,
         ..common::test_limits()

@@ -1,6 +1,6 @@
 // `npm run test:browser`: the built assets in the console-host stand-in, in
-// headless Debian Chromium. browser/setup.ts installs Chromium first when it
-// is missing (root only).
+// headless Debian Chromium. browser/setup.ts finds it (and skips, saying
+// why, when it is missing; tests/ui.rs installs it first when run as root).
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({

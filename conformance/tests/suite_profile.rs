@@ -4,6 +4,8 @@
 //!   no recommended case is gated on a value that only refines (the loader
 //!   refuses one), and every recommended case our profile runs still runs
 //!   when the profile is silent about those values or says `false`;
+//! - a case that reads a profile value (`${profile.<feature>}`, a field name
+//!   the worker chose) requires it, so it skips where the value is absent;
 //! - what newcomers read in conformance/README.md about what a run prints
 //!   matches the golden data.
 
@@ -63,6 +65,31 @@ fn the_loader_refuses_a_recommended_case_gated_on_a_value_that_only_refines() {
     std::fs::write(
         dir.join("x.capped.yaml"),
         "id: x.capped\nsince: 0.1.0\nlevel: profile\nrequires: [python, \"stream_cap_bytes=16384\"]\nsteps: [{trigger: run, payload: {}}]\n",
+    )
+    .unwrap();
+    assert_eq!(load_cases(&dir, SUITE_VERSION).expect("loads").len(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_case_reading_a_profile_value_requires_it() {
+    let dir = std::env::temp_dir().join(format!("suite-pvalue-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = |requires: &str| {
+        format!(
+            "id: x.field\nsince: 0.1.0\nlevel: recommended\nrequires: [{requires}]\nsteps:\n  - trigger: list_runtimes\n    payload: {{}}\n    expect: {{response: {{$somewhere: {{\"${{profile.list_runtimes_functions_field}}\": []}}}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("x.field.yaml"), case("list_runtimes")).unwrap();
+    let e = load_cases(&dir, SUITE_VERSION).expect_err("refused");
+    let shown = format!("{e:?}");
+    assert!(
+        shown.contains("list_runtimes_functions_field") && shown.contains("requires"),
+        "{shown}"
+    );
+    std::fs::write(
+        dir.join("x.field.yaml"),
+        case("list_runtimes, list_runtimes_functions_field"),
     )
     .unwrap();
     assert_eq!(load_cases(&dir, SUITE_VERSION).expect("loads").len(), 1);

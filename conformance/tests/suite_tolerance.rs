@@ -166,6 +166,12 @@ async fn a_draft_profile_of_our_worker_states_every_value_of_our_profile() {
         "list_runtimes",
         "code_max_bytes",
         "functions_per_runtime_max",
+        "list_runtimes_functions_field",
+        "list_runtimes_shape",
+        "run_response_exact",
+        "guest_sdk_private",
+        "inject_guidance_function",
+        "op_stats",
     ] {
         assert!(source(k).starts_with("observed:"), "{k}: {}", source(k));
     }

@@ -95,6 +95,10 @@ fn matcher(spec: Value) -> Matcher {
 #[case(json!({"$nowhere": "secret"}), Some(json!({"a": ["x", {"b": "a secret"}]})), false)]
 #[case(json!({"$nowhere": "secret"}), Some(json!({"secret": 1})), false)]
 #[case(json!({"$nowhere_regex": "rt-[0-9a-f]{8}-"}), Some(json!({"a": "rt-nothex"})), true)]
+#[case(json!({"$somewhere": {"fns": ["a::f"]}}), Some(json!({"r": [{"k": 1}, {"fns": ["a::f"], "k": 2}]})), true)]
+#[case(json!({"$somewhere": {"fns": ["a::f"]}}), Some(json!({"r": [{"fns": ["a::f", "a::g"]}]})), false)]
+#[case(json!({"$somewhere": 7}), Some(json!(7)), true)]
+#[case(json!({"$somewhere": "a::f"}), Some(json!({"a::f": 1})), false)]
 fn matchers(#[case] spec: Value, #[case] actual: Option<Value>, #[case] holds: bool) {
     let m = matcher(spec.clone());
     let mismatches = m.check(actual.as_ref());
@@ -434,6 +438,38 @@ const STEPS: &str = "steps:\n  - trigger: run\n    payload: {lang: python, code:
 )]
 fn levels_are_required_and_contract_cases_quote_a_seed(#[case] head: &str, #[case] valid: bool) {
     let yaml = format!("id: t.case\nsince: 0.1.0\n{head}{STEPS}");
+    let r = case_from(&yaml);
+    assert_eq!(r.is_ok(), valid, "{yaml}: {r:?}");
+}
+
+/// `stretch` names a worker-specific floor and grows a wait or a
+/// repetition the step has.
+#[rstest]
+#[case::a_wait(
+    "    eventually_ms: 2000\n    stretch: {by: idle_ttl_floor_secs, eventually_ms: 1000}\n",
+    true
+)]
+#[case::runs(
+    "    repeat: 5\n    stretch: {by: idle_ttl_floor_secs, repeat: 1}\n",
+    true
+)]
+#[case::not_a_floor(
+    "    eventually_ms: 2000\n    stretch: {by: code_max_bytes, eventually_ms: 1}\n",
+    false
+)]
+#[case::no_wait_to_grow("    stretch: {by: idle_ttl_floor_secs, eventually_ms: 1000}\n", false)]
+#[case::no_runs_to_grow(
+    "    eventually_ms: 2000\n    stretch: {by: idle_ttl_floor_secs, repeat: 1}\n",
+    false
+)]
+#[case::grows_nothing(
+    "    eventually_ms: 2000\n    stretch: {by: idle_ttl_floor_secs}\n",
+    false
+)]
+fn a_stretch_names_a_floor_and_what_it_grows(#[case] step: &str, #[case] valid: bool) {
+    let yaml = format!(
+        "id: t.case\nsince: 0.1.0\nlevel: recommended\nsteps:\n  - call: sandbox::list\n{step}"
+    );
     let r = case_from(&yaml);
     assert_eq!(r.is_ok(), valid, "{yaml}: {r:?}");
 }

@@ -79,10 +79,17 @@ function pickHandler(mod) {
 }
 
 // Imports a sibling copy of `file` with `suffix` appended (so relative
-// imports still resolve), then removes the copy.
+// imports still resolve), then removes the copy; where the guest may not
+// write next to it (the worker's handler directory), a copy in its home.
 async function importVariant(file, source, ext, suffix, load) {
-  const copy = path.join(path.dirname(file), `.${path.basename(file)}.${randomBytes(4).toString('hex')}${ext}`);
-  fs.writeFileSync(copy, source + suffix, { mode: 0o600 });
+  const name = `.${path.basename(file)}.${randomBytes(4).toString('hex')}${ext}`;
+  let copy = path.join(path.dirname(file), name);
+  try {
+    fs.writeFileSync(copy, source + suffix, { mode: 0o600 });
+  } catch {
+    copy = path.join(process.env.HOME, name);
+    fs.writeFileSync(copy, source + suffix, { mode: 0o600 });
+  }
   try { return await load(copy); } finally { fs.rmSync(copy, { force: true }); }
 }
 
@@ -117,6 +124,7 @@ async function loadHandler(file, source) {
 }
 
 async function main() {
+  asGuest(1000, 1000); // the node image's node user
   dropEvalGlobals(builtinModules);
   let req;
   try {

@@ -23,6 +23,7 @@ async function readStdin() {
 // The whole run: a pre-started interpreter loads this file's definitions
 // ahead and calls it (its last line, `await main();`, is the cold start's).
 async function main() {
+  asGuest(1000, 1000); // the node image's node user
   dropEvalGlobals(builtinModules);
   const code = await readStdin();
   const iiiGlobal = installIii(code, 'sandbox-code-runner:run');
@@ -30,7 +31,7 @@ async function main() {
   // Next to the cwd so that relative imports and import.meta behave as for a
   // file the user wrote there; hidden, private, and removed afterwards.
   let dir = process.cwd();
-  try { fs.accessSync(dir, fs.constants.W_OK); } catch { dir = '/tmp/.scr'; fs.mkdirSync(dir, { recursive: true, mode: 0o700 }); }
+  try { fs.accessSync(dir, fs.constants.W_OK); } catch { dir = process.env.HOME; fs.mkdirSync(dir, { recursive: true, mode: 0o700 }); }
   // Runs on one runtime are serialized, so a leftover from a killed run (older
   // than a minute) is safe to sweep.
   for (const f of fs.readdirSync(dir)) {

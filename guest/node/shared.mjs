@@ -12,13 +12,102 @@ function dropEvalGlobals(builtins) {
   }
 }
 
+// Becomes the guest before any guest code runs. An exec runs as root in the
+// VM, and the image's rootfs is shared by every VM of the image: so, as
+// root, the worker's own directory (/tmp/.scr) must be root's and the SDK's
+// package.json is written, then the process drops for good to the image's
+// unprivileged user (numeric ids, so an image without a passwd entry for
+// them works too; SCR_GUEST_USER=uid:gid overrides), who cannot write the
+// image. HOME, the caches and npm's global prefix then live in the guest's
+// own directory under the VM's private /tmp (SCR_GUEST_HOME, default
+// /tmp/home). Exits 1 rather than run guest code as root. (A sandbox whose
+// user namespace maps one id only has no other user to become: there the
+// code runs as that one.)
+function asGuest(defaultUid, defaultGid) {
+  const refuse = (why) => {
+    fs.writeSync(2, `sandbox-code-runner: not running guest code as root: ${why}\n`);
+    process.exit(1);
+  };
+  const spec = process.env.SCR_GUEST_USER || `${defaultUid}:${defaultGid}`;
+  const ids = /^(\d+):(\d+)$/.exec(spec);
+  const [uid, gid] = ids ? [Number(ids[1]), Number(ids[2])] : [0, 0];
+  if (!(uid > 0 && gid > 0)) refuse(`SCR_GUEST_USER=${JSON.stringify(spec)} is not <uid>:<gid> of a user other than root`);
+  if (process.geteuid() === 0) {
+    // The worker's files in the VM are root's; no guest may own their
+    // directory (guest code first runs after this).
+    const own = process.env.SCR_WORKER_DIR || '/tmp/.scr';
+    try {
+      fs.mkdirSync(own, { mode: 0o755 });
+      fs.chmodSync(own, 0o755);
+    } catch (e) {
+      if (e.code !== 'EEXIST') refuse(`cannot create ${own}: ${e.message}`);
+    }
+    const st = fs.lstatSync(own);
+    if (!st.isDirectory() || st.uid !== 0 || (st.mode & 0o022)) refuse(`${own} is not a directory only root may change`);
+    if ((st.mode & 0o005) !== 0o005) fs.chmodSync(own, 0o755); // the guest reads handler sources under it
+    ensureSdkPackageJson();
+    if (!oneIdOnly()) {
+      try {
+        process.setgroups([]);
+        process.setgid(gid);
+        process.setuid(uid);
+      } catch (e) {
+        refuse(`cannot become uid ${uid} gid ${gid}: ${e.message}`);
+      }
+      // (Node's getgroups() always lists the effective group.)
+      if (process.getuid() !== uid || process.geteuid() !== uid || process.getgid() !== gid
+        || process.getegid() !== gid || process.getgroups().some((g) => g !== gid)) {
+        refuse(`still uid ${process.geteuid()} gid ${process.getegid()}`);
+      }
+    }
+  }
+  const home = process.env.SCR_GUEST_HOME || '/tmp/home';
+  const prefix = path.join(home, '.npm-global');
+  Object.assign(process.env, { HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), NPM_CONFIG_PREFIX: prefix });
+  const dirs = (process.env.PATH || '').split(':').filter(Boolean);
+  for (const bin of [path.join(home, '.local', 'bin'), path.join(prefix, 'bin')]) {
+    if (!dirs.includes(bin)) dirs.push(bin);
+  }
+  process.env.PATH = dirs.join(':');
+  try { fs.mkdirSync(home, { recursive: true, mode: 0o700 }); } catch { /* the guest's tools say so */ }
+}
+
+// Whether this process's user namespace maps one id only (then no other
+// user exists to become).
+function oneIdOnly() {
+  let rows;
+  try {
+    rows = fs.readFileSync('/proc/self/uid_map', 'utf8').split('\n').filter((l) => l.trim()).map((l) => l.trim().split(/\s+/));
+  } catch { return false; }
+  return rows.length === 1 && rows[0][2] === '1';
+}
+
+// Where the worker plants the bundle; overridable for tests on a host.
+function sdkPaths() {
+  const dir = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
+  return { dir, file: `${dir}/dist/index.mjs` };
+}
+
+// The SDK reads ../package.json relative to itself; the worker plants only
+// the bundle, so supply a package.json whose exports point at it (as root,
+// before the drop: the guest may not write the SDK's directory).
+function ensureSdkPackageJson() {
+  const { dir, file } = sdkPaths();
+  const pj = `${dir}/package.json`;
+  if (fs.existsSync(pj) || !fs.existsSync(file)) return;
+  try {
+    fs.writeFileSync(pj, JSON.stringify({
+      name: 'iii-sdk', version: '0.22.1', type: 'module',
+      main: './dist/index.mjs', exports: { '.': './dist/index.mjs' },
+    }));
+  } catch { /* read-only: the import reports the problem */ }
+}
+
 // Installs globalThis.iii: a facade over the npm iii-sdk client that creates
 // the client (and so connects) only on first real use. Introspection never
 // connects. Returns an async closer the wrapper awaits once the code is done.
 function installIii(sourceText, defaultName) {
-  // Where the worker plants the bundle; overridable for tests on a host.
-  const SDK_DIR = process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk';
-  const SDK_FILE = `${SDK_DIR}/dist/index.mjs`;
+  const { file: SDK_FILE } = sdkPaths();
   const SURFACE = ['trigger', 'registerFunction', 'registerTrigger',
     'registerTriggerType', 'unregisterTriggerType', 'shutdown'];
   // Two guests must never share a worker name: the engine closes the second.
@@ -33,23 +122,10 @@ function installIii(sourceText, defaultName) {
   let loadError = null;
   let client = null;
 
-  // The SDK reads ../package.json relative to itself; the worker plants only
-  // the bundle, so supply a package.json whose exports point at it.
-  function ensurePackageJson() {
-    const pj = `${SDK_DIR}/package.json`;
-    if (fs.existsSync(pj) || !fs.existsSync(SDK_FILE)) return;
-    try {
-      fs.writeFileSync(pj, JSON.stringify({
-        name: 'iii-sdk', version: '0.22.1', type: 'module',
-        main: './dist/index.mjs', exports: { '.': './dist/index.mjs' },
-      }));
-    } catch { /* read-only: the import below reports the problem */ }
-  }
-
   // Importing the bundle costs ~100 ms, so it is done ahead only when the
   // source names `iii`; that also lets iii.* calls below be synchronous.
   const ready = /\biii\b/.test(sourceText) && fs.existsSync(SDK_FILE)
-    ? (ensurePackageJson(), import(pathToFileURL(SDK_FILE).href).then((m) => { sdk = m; }, (e) => { loadError = e; }))
+    ? (ensureSdkPackageJson(), import(pathToFileURL(SDK_FILE).href).then((m) => { sdk = m; }, (e) => { loadError = e; }))
     : Promise.resolve();
 
   // III_URL, plus the run's guest-listener token when the worker gave one.
@@ -66,7 +142,7 @@ function installIii(sourceText, defaultName) {
     if (!sdk && !loadError && fs.existsSync(SDK_FILE)) {
       // Reached through code the regex did not see (e.g. an imported file):
       // load synchronously via require(esm) where this Node supports it.
-      try { ensurePackageJson(); sdk = createRequire(SDK_FILE)(SDK_FILE); } catch (e) { loadError = e; }
+      try { ensureSdkPackageJson(); sdk = createRequire(SDK_FILE)(SDK_FILE); } catch (e) { loadError = e; }
     }
     if (!sdk) {
       throw new Error(`iii-sdk is not available in this runtime (${SDK_FILE} ${

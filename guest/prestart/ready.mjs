@@ -17,7 +17,9 @@
 // script as that command would in a fresh process: its stdin is those
 // bytes, its env the VM's plus the request's, process.argv [node]. Its exit
 // code replaces the "137" before `life` is let go. (The relay enforces the
-// budget.)
+// budget.) Until the call, this interpreter is root (the exec's user), and
+// loads only what root owns; the call's wrapper drops to the guest user
+// before any guest code.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -134,7 +136,12 @@ async function warmClient(sdk) {
   // ref on the loop, the client gets a second to shut down, and the
   // server's end of its socket goes in any case.
   server.unref();
-  await new Promise((listening) => server.listen(sock, listening));
+  // A call taken meanwhile drops to the guest user, who may not listen in
+  // <dir>: then the warm-up ends here, as any failure of it does.
+  await new Promise((listening, failed) => {
+    server.once('error', failed);
+    server.listen(sock, listening);
+  });
   try {
     const client = sdk.registerWorker(`ws+unix:${sock}:/`, {
       workerName: 'scr-warm-up', otel: { enabled: false }, enableMetricsReporting: false,
@@ -214,8 +221,10 @@ function takeStreams(relay) {
 const relay = await nextRelay();
 const { req, data } = readRequest(relay);
 takeStreams(relay);
-const status = path.join(dir, `status.${relay}`);
-fs.writeFileSync(status, '137');
+// Opened now: the call drops root (its wrapper's asGuest) and could not
+// open it later.
+const status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o644);
+fs.writeSync(status, '137');
 Object.assign(process.env, req.env || {});
 
 // The call's end is the end of `life`: it is let go, with the streams, as
@@ -229,7 +238,10 @@ process.on('uncaughtExceptionMonitor', () => { fatal = true; });
 const end = (code) => {
   if (ended) return;
   ended = true;
-  try { fs.writeFileSync(status, String((code ?? 0) & 0xff)); } catch { /* gone */ }
+  try {
+    fs.ftruncateSync(status, 0);
+    fs.writeSync(status, String((code ?? 0) & 0xff), 0);
+  } catch { /* gone */ }
   if (fatal) return;
   for (const fd of [1, 2, life]) { try { fs.closeSync(fd); } catch { /* closed */ } }
 };

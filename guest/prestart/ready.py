@@ -1,6 +1,6 @@
 # sandbox-code-runner: the pre-started python interpreter (see relay.sh), a
 # fork server.
-# argv: python3 -c <this file> <dir>   (cwd /tmp; fds 3 and 4 are <dir>'s
+# argv: python3 -Ic <this file> <dir>   (cwd /tmp; fds 3 and 4 are <dir>'s
 # in and life FIFOs, opened read-write by the spawner; stdin, stdout and
 # stderr /dev/null)
 # The worker prepends `_WRAPPERS = [<wrapper source>, ...]`: the wrappers a
@@ -16,8 +16,10 @@
 # stdin (through /proc/<pid>/fd/6):
 #   {"script": <a wrapper, as for python3 -c>, "env": {..}, "stdin": <n bytes>}\n<n bytes>
 # takes the relay's stdout and stderr (/proc/<pid>/fd/7, 8) as its fds 1
-# and 2, and runs the script as `python3 -c` would in a fresh process: its
-# stdin is those bytes, its env the VM's plus the request's, sys.argv ["-c"].
+# and 2, and runs the script as `python3 -Ic` would in a fresh process:
+# its stdin is those bytes, its env the VM's plus the request's, sys.argv
+# ["-c"]. The server and the child until then are root (the exec's user);
+# the script's wrapper drops to the guest user before any guest code.
 # <dir>/status.<pid> says how the call ended: the child writes 137 once it
 # has the request and its exit code when it exits; the server then writes
 # what the child's wait status says, or `timeout` (after killing the call's
@@ -47,7 +49,11 @@ def _ready(wrappers):
 
     d = sys.argv[1]
     sdk_dir = os.environ.get("SCR_PY_SDK_DIR") or "/tmp/.iii-py"
-    if os.path.isdir(os.path.join(sdk_dir, "iii")):
+    # The server runs as root (python3 -I: nothing from the cwd or a user
+    # site); guest code runs in its children as another user, after their
+    # drop. So it imports the SDK ahead only from a tree no guest could
+    # have made or changed.
+    if _owned_by_me(os, sdk_dir) and os.path.isdir(os.path.join(sdk_dir, "iii")):
         sys.path.insert(0, sdk_dir)
         try:
             import logging
@@ -207,6 +213,16 @@ class _Child:
             self.os.close(self.pidfd)
 
 
+def _owned_by_me(os, path):
+    """A real directory of this process's user that only it may change."""
+    import stat
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def _fresh_globals(builtins):
     return {"__name__": "__main__", "__builtins__": builtins, "__doc__": None,
             "__spec__": None, "__loader__": None, "__package__": None}
@@ -242,8 +258,10 @@ def _child(d, says, lives, loaded, atexit, builtins, json, os, select, sys, thre
     del buf
     req = json.loads(head)
     data = data[:int(req["stdin"])]
-    with open(status, "w") as f:
-        f.write("137")  # taken: from here on the call counts as run
+    # Opened now: the call drops root (its wrapper's _as_guest) and could
+    # not open it later.
+    status_fd = os.open(status, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    os.write(status_fd, b"137")  # taken: from here on the call counts as run
     os.write(says, b"t %d %d\n" % (relay, budget_ms))
     for fd, held in ((1, 7), (2, 8)):
         new = os.open("/proc/%d/fd/%d" % (relay, held), os.O_WRONLY)
@@ -264,8 +282,8 @@ def _child(d, says, lives, loaded, atexit, builtins, json, os, select, sys, thre
 
     def report(code):
         try:
-            with open(status, "w") as f:
-                f.write(str(code & 0xFF))
+            os.ftruncate(status_fd, 0)
+            os.pwrite(status_fd, str(code & 0xFF).encode("ascii"), 0)
         except Exception:
             pass
 

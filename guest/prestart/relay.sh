@@ -29,6 +29,7 @@ SCR_PRE=/tmp/.scr/pre
 scr_spawn() {
   n=$1
   shift
+  scr_own || return 0
   for p in "$SCR_PRE"/*/pid; do
     [ -e "$p" ] || continue
     q=${p%/pid}
@@ -52,7 +53,7 @@ scr_spawn() {
 scr_fill() {
   n=$1
   shift
-  mkdir -p "$SCR_PRE"
+  scr_own || return 0
   # Node starts from this file (a relay does not carry the harness): the
   # exec that does writes it, whole or not at all.
   if [ -n "${SCR_HARNESS:-}" ]; then
@@ -81,6 +82,19 @@ scr_fill() {
       k=$((k + 1))
     done
   )
+}
+
+# scr_own: $SCR_PRE and its parent (the worker's /tmp/.scr) exist, and are
+# directories of this shell's user (root in a VM) that no guest can have
+# made or changed, so what waits in them loads nothing a guest wrote (guest
+# code runs as another user, after its wrapper made sure of /tmp/.scr).
+# Otherwise nothing is started: the calls run cold.
+scr_own() {
+  mkdir -p "$SCR_PRE" 2>/dev/null
+  for q in "${SCR_PRE%/*}" "$SCR_PRE"; do
+    [ "$q" = /tmp ] && continue
+    [ -d "$q" ] && [ ! -h "$q" ] && [ -O "$q" ] || return 1
+  done
 }
 
 # scr_start <dir> <interpreter argv…>: one waiting interpreter in <dir>, in

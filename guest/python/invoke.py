@@ -1,6 +1,6 @@
 # sandbox-code-runner: python HANDLER wrapper (one call of a registered
 # function, or registration-time validation).
-# argv: python3 -c <this file>   (cwd /tmp)
+# argv: python3 -Ic <this file>   (cwd /tmp)
 # stdin: {"secret":"<32 hex>","mode":"call"|"check","module":"/tmp/.scr/fn/<name>.py","payload":<any>}
 # env: III_URL, SCR_WORKER_NAME.
 # stdout carries exactly one line, written last:
@@ -33,6 +33,7 @@ def _frame_writer(secret):
 
 
 def _main():
+    _as_guest(1000, 100)  # the python image's python-user (group users)
     import importlib.util
     import inspect
     import json

@@ -1,5 +1,5 @@
 # sandbox-code-runner: python RUN wrapper.
-# argv: python3 -c <this file>   (cwd /tmp)
+# argv: python3 -Ic <this file>   (cwd /tmp)
 # stdin: the user's code, verbatim.  env: III_URL, SCR_WORKER_NAME.
 # The code runs as the script `main.py` in a fresh __main__ module: its
 # stdout/stderr are its own, sys.exit(n) exits n, and an uncaught exception
@@ -21,6 +21,7 @@ class _MainSource:
 
 
 def _main():
+    _as_guest(1000, 100)  # the python image's python-user (group users)
     import builtins
     import os
     import sys

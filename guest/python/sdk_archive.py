@@ -1,6 +1,6 @@
 # sandbox-code-runner: moves an installed python iii-sdk between VMs as one
 # archive, so that only the first VM of a worker pays the pip install.
-# argv: python3 -c <this file> <mode> [args...]   (cwd /tmp; its own exec
+# argv: python3 -Ic <this file> <mode> [args...]   (cwd /tmp; its own exec
 # and budget, never the caller's timeout_ms)
 #
 #   key                         prints this python's cache key (one JSON line)
@@ -21,14 +21,18 @@
 #
 # Everything lands under /tmp (private tmpfs), never the image's rootfs. The
 # unpack is staged and renamed into place, like the pip install, so a killed
-# unpack never leaves a half-installed SDK.
+# unpack never leaves a half-installed SDK. It runs as root (python3 -I):
+# like install_sdk.py it counts a DEST only when it is root's own, and
+# stages in a fresh mkdtemp.
 import base64
 import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tarfile
+import tempfile
 
 SPEC = "iii-sdk==0.25.0"
 DEST = os.environ.get("SCR_PY_SDK_DIR") or "/tmp/.iii-py"  # overridable for tests
@@ -52,8 +56,17 @@ def key():
     }, sort_keys=True, separators=(",", ":"))
 
 
+def owned(path):
+    """A real directory of this process's user that only it may change."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def pack(archive):
-    if not os.path.exists(os.path.join(DEST, MARKER)):
+    if not (owned(DEST) and os.path.exists(os.path.join(DEST, MARKER))):
         sys.stderr.write("no installed SDK in %s\n" % DEST)
         return 3
     os.makedirs(os.path.dirname(archive), exist_ok=True)
@@ -118,7 +131,7 @@ def extract(raw, stage):
 
 def unpack(want_key, want_sha, n, chunk_dir):
     try:
-        if os.path.exists(os.path.join(DEST, MARKER)):
+        if owned(DEST) and os.path.exists(os.path.join(DEST, MARKER)):
             print("present")
             return 0
         mine = key()
@@ -130,8 +143,8 @@ def unpack(want_key, want_sha, n, chunk_dir):
         if hashlib.sha256(data).hexdigest() != want_sha:
             sys.stderr.write("archive digest mismatch\n")
             return 11
-        stage = "%s.part-%d" % (DEST, os.getpid())
-        shutil.rmtree(stage, ignore_errors=True)
+        tmp = tempfile.mkdtemp(prefix=os.path.basename(DEST) + ".part-", dir=os.path.dirname(DEST))
+        stage = os.path.join(tmp, "tree")
         import gzip
         try:
             # Decompressed once, in memory: the members are vetted before a
@@ -139,18 +152,23 @@ def unpack(want_key, want_sha, n, chunk_dir):
             # extracting, which a gzip stream pays by re-reading.
             extract(gzip.decompress(data), stage)
         except (tarfile.TarError, ValueError, OSError, EOFError, gzip.BadGzipFile) as e:
-            shutil.rmtree(stage, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             sys.stderr.write("bad SDK archive: %s\n" % e)
             return 12
         if not os.path.exists(os.path.join(stage, MARKER)):
-            shutil.rmtree(stage, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             sys.stderr.write("bad SDK archive: no install marker\n")
             return 12
         # Says, inside the VM, that this tree came from the worker's archive
         # and no pip ran here.
         open(os.path.join(stage, ".scr-planted"), "w").close()
-        shutil.rmtree(DEST, ignore_errors=True)  # a leftover without the marker
+        os.chmod(stage, 0o755)
+        if os.path.islink(DEST) or (os.path.lexists(DEST) and not os.path.isdir(DEST)):
+            os.unlink(DEST)
+        else:
+            shutil.rmtree(DEST, ignore_errors=True)  # a leftover without the marker
         os.rename(stage, DEST)
+        os.rmdir(tmp)
         print("unpacked")
         return 0
     finally:

@@ -1,6 +1,104 @@
 # sandbox-code-runner: the prelude of both python wrappers (run.py and
-# invoke.py). The worker sends `shared.py + <wrapper>` as one `python3 -c`
+# invoke.py). The worker sends `shared.py + <wrapper>` as one `python3 -Ic`
 # script, so this is defined once for both; it imports what it uses.
+
+
+def _as_guest(default_uid, default_gid):
+    """Become the guest before any guest code runs. An exec runs as root in
+    the VM, and the image's rootfs is shared by every VM of the image: so,
+    as root, make sure the worker's own directory (/tmp/.scr) is root's,
+    then drop for good to the image's unprivileged user (numeric ids, so an
+    image without a passwd entry for them works too; SCR_GUEST_USER=uid:gid
+    overrides), who cannot write the image. Then HOME, the caches, pip's
+    user site and npm's global prefix live in the guest's own directory
+    under the VM's private /tmp (SCR_GUEST_HOME, default /tmp/home), and
+    sys.path is what `python3 -c` gives guest code: the cwd first, the user
+    site before the system's. Exits 1 rather than run guest code as root.
+    (A sandbox whose user namespace maps one id only has no other user to
+    become: there the code runs as that one.)"""
+    import os
+    import site
+    import stat
+    import sys
+
+    def refuse(why):
+        sys.stderr.write("sandbox-code-runner: not running guest code as root: %s\n" % why)
+        sys.stderr.flush()
+        os._exit(1)
+
+    spec = os.environ.get("SCR_GUEST_USER") or "%d:%d" % (default_uid, default_gid)
+    try:
+        uid, gid = (int(x) for x in spec.split(":"))
+    except ValueError:
+        uid = gid = -1
+    if uid <= 0 or gid <= 0:
+        refuse("SCR_GUEST_USER=%r is not <uid>:<gid> of a user other than root" % spec)
+    if os.geteuid() == 0:
+        # The worker's files in the VM (prestarted interpreters, handler
+        # sources, the SDK archive) are root's; no guest may own their
+        # directory (guest code first runs after this).
+        own = os.environ.get("SCR_WORKER_DIR") or "/tmp/.scr"
+        try:
+            os.mkdir(own, 0o755)
+            os.chmod(own, 0o755)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            refuse("cannot create %s: %s" % (own, e))
+        st = os.lstat(own)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            refuse("%s is not a directory only root may change" % own)
+        if st.st_mode & 0o005 != 0o005:
+            os.chmod(own, 0o755)  # the guest reads handler sources under it
+        if not _one_id_only():
+            try:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            except OSError as e:
+                refuse("cannot become uid %d gid %d: %s" % (uid, gid, e))
+            if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or os.getgroups():
+                refuse("still uid %r gid %r" % (os.getresuid(), os.getresgid()))
+    home = os.environ.get("SCR_GUEST_HOME") or "/tmp/home"
+    env = os.environ
+    env["HOME"] = home
+    env["XDG_CACHE_HOME"] = os.path.join(home, ".cache")
+    env["NPM_CONFIG_PREFIX"] = os.path.join(home, ".npm-global")
+    path = [p for p in env.get("PATH", "").split(":") if p]
+    for bin_dir in (os.path.join(home, ".local", "bin"), os.path.join(home, ".npm-global", "bin")):
+        if bin_dir not in path:
+            path.append(bin_dir)
+    env["PATH"] = ":".join(path)
+    try:
+        os.makedirs(home, 0o700, exist_ok=True)
+    except OSError:
+        pass  # the guest's tools say so
+    site.ENABLE_USER_SITE = True
+    site.USER_BASE = site.USER_SITE = None  # from the new HOME
+    user_site = site.getusersitepackages()
+    try:
+        os.makedirs(user_site, 0o700, exist_ok=True)  # so what pip installs imports at once
+    except OSError:
+        pass
+    if user_site not in sys.path:
+        system = set(site.getsitepackages())
+        at = next((i for i, p in enumerate(sys.path) if p in system), len(sys.path))
+        sys.path.insert(at, user_site)
+        site.addsitedir(user_site)  # its .pth files
+    if sys.path[:1] != [""]:
+        sys.path.insert(0, "")
+
+
+def _one_id_only():
+    """Whether this process's user namespace maps one id only (then no other
+    user exists to become)."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            rows = [line.split() for line in f if line.strip()]
+    except OSError:
+        return False
+    return len(rows) == 1 and rows[0][2:] == ["1"]
+
 
 def _install_iii(default_name):
     """Install builtins.iii: a stand-in for the PyPI iii-sdk client that imports

@@ -17,7 +17,13 @@ export const WRAPPERS = {
   pyInvoke: read('python/shared.py') + read('python/invoke.py'),
   pyInstall: read('python/install_sdk.py'),
 };
-export const PYTHON = process.env.SCR_TEST_PYTHON || 'python3';
+// Run as root (as in a VM), the wrappers drop to the guest user (uid
+// 1000) before the guest's code runs, as they do there: the test dirs are
+// then open to it, and python is one whose stdlib it can read (a pyenv
+// under /root is not).
+export const ROOT = process.geteuid() === 0;
+export const PYTHON = process.env.SCR_TEST_PYTHON
+  || (ROOT && fs.existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
 
 const made = [];
 process.on('exit', () => { for (const d of made) fs.rmSync(d, { recursive: true, force: true }); });
@@ -25,23 +31,33 @@ process.on('exit', () => { for (const d of made) fs.rmSync(d, { recursive: true,
 export function tempDir(prefix = 'scr-guest-') {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   made.push(d);
+  if (ROOT) fs.chmodSync(d, 0o777);
   return d;
 }
+
+// The wrappers' own directory (the VM's /tmp/.scr): root's, as a root
+// wrapper insists.
+const WORKER_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'scr-guest-own-'));
+made.push(WORKER_DIR);
+fs.chmodSync(WORKER_DIR, 0o755);
 
 function argv(lang, script) {
   return lang === 'node'
     ? [process.execPath, ['--input-type=module', '-e', script]]
-    : [PYTHON, ['-c', script]];
+    : [PYTHON, ['-Ic', script]];
 }
 
 // Env of a guest: nothing inherited but PATH/HOME, the SDK locations
-// pointing at test dirs (or nowhere), plus `env`.
-function guestEnv(env) {
+// pointing at test dirs (or nowhere), a guest home of its own (the
+// wrapper's HOME), plus `env`.
+export function guestEnv(env) {
   return {
     PATH: process.env.PATH,
     HOME: process.env.HOME || '/tmp',
     SCR_NODE_SDK_DIR: '/nonexistent/iii-sdk',
     SCR_PY_SDK_DIR: '/nonexistent/iii-py',
+    SCR_GUEST_HOME: path.join(tempDir('scr-guest-home-'), 'home'),
+    SCR_WORKER_DIR: WORKER_DIR,
     ...env,
   };
 }

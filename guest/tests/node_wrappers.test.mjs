@@ -4,8 +4,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import {
-  GUEST, WRAPPERS, invokeSync, newSecret, parseFrame, plantNodeSdk, runAsync, runSync, tempDir,
+  GUEST, ROOT, WRAPPERS, invokeSync, newSecret, parseFrame, plantNodeSdk, runAsync, runSync, tempDir,
 } from './helpers.mjs';
 
 const run = (code, opts) => runSync('node', WRAPPERS.nodeRun, code, opts);
@@ -222,4 +223,97 @@ test('the wrappers fit in one argv string', () => {
   for (const f of ['node/run.mjs', 'node/invoke.mjs', 'python/run.py', 'python/invoke.py', 'python/install_sdk.py']) {
     assert.ok(fs.statSync(path.join(GUEST, f)).size < 128 * 1024, f); // Linux MAX_ARG_STRLEN
   }
+});
+
+// The wrappers' first act (shared.mjs's asGuest): as root, drop for good to
+// the image's user; HOME, caches and npm's global prefix are the guest's
+// own; no guest code runs when that cannot be done.
+const IDS = "import fs from 'node:fs'; const s = fs.readFileSync('/proc/self/status', 'utf8');"
+  + " console.log(['Uid', 'Gid', 'Groups'].map((k) => s.match(new RegExp(`^${k}:(.*)$`, 'm'))[1].trim().split(/\\s+/).join(' ')).join('|'));";
+const expectedIds = () => {
+  if (ROOT) return '1000 1000 1000 1000|1000 1000 1000 1000|';
+  const s = fs.readFileSync('/proc/self/status', 'utf8');
+  return ['Uid', 'Gid', 'Groups'].map((k) => s.match(new RegExp(`^${k}:(.*)$`, 'm'))[1].trim().split(/\s+/).join(' ')).join('|');
+};
+
+test('guest user: run and handler code run as the image\'s user, for good', () => {
+  const r = run(IDS);
+  assert.equal(r.stdout, `${expectedIds()}\n`, r.stderr);
+  const [imp, body] = IDS.split('; const ');
+  const h = invoke(`${imp};\nexport function handler() { const ${body.replace('console.log(', 'return (')} }`);
+  assert.deepEqual(h.frame, { kind: 'ok', value: expectedIds() }, h.stderr);
+  if (ROOT) {
+    const back = run('try { process.setuid(0); console.log("root again"); } catch { console.log("stays"); }');
+    assert.equal(back.stdout, 'stays\n');
+  }
+});
+
+test('guest user: HOME, caches, npm\'s prefix and PATH are the guest\'s own', () => {
+  const home = path.join(tempDir(), 'home');
+  const r = run([
+    "import fs from 'node:fs'; import os from 'node:os';",
+    'const e = process.env;',
+    'console.log(e.HOME, e.XDG_CACHE_HOME, e.NPM_CONFIG_PREFIX, os.homedir() === e.HOME);',
+    "console.log(e.PATH.split(':').slice(-2).join(' '));",
+    'const st = fs.statSync(e.HOME); console.log((st.mode & 0o777).toString(8), st.uid === process.getuid());',
+  ].join('\n'), { env: { SCR_GUEST_HOME: home } });
+  assert.deepEqual(r.stdout.split('\n'), [
+    `${home} ${home}/.cache ${home}/.npm-global true`,
+    `${home}/.local/bin ${home}/.npm-global/bin`,
+    '700 true',
+    '',
+  ], r.stderr);
+});
+
+test('guest user: no guest code runs as root or without its user', () => {
+  for (const spec of ['0:0', '1000:0', 'node', '1000']) {
+    const r = run('console.log("ran")', { env: { SCR_GUEST_USER: spec } });
+    assert.equal(r.code, 1, spec);
+    assert.equal(r.stdout, '', spec);
+    assert.match(r.stderr, /not running guest code as root/);
+  }
+});
+
+test('guest user: a worker dir a guest could change stops the run', { skip: !ROOT && 'only a root wrapper drops, and checks the worker\'s directory' }, () => {
+  const base = tempDir();
+  const theirs = path.join(base, 'theirs');
+  fs.mkdirSync(theirs);
+  fs.chownSync(theirs, 1000, 1000);
+  const link = path.join(base, 'link');
+  fs.symlinkSync(tempDir(), link);
+  for (const d of [theirs, link]) {
+    const r = run('console.log("ran")', { env: { SCR_WORKER_DIR: d } });
+    assert.equal(r.code, 1, d);
+    assert.equal(r.stdout, '', d);
+    assert.match(r.stderr, /is not a directory only root may change/);
+  }
+});
+
+test('guest user: npm installs, locally and globally, and it imports at once and later', () => {
+  const npm = spawnSync('npm', ['--version'], { encoding: 'utf8' });
+  if (npm.status !== 0) return;
+  const cwd = tempDir();
+  // The package is the guest's own (npm links a directory and makes its
+  // bin executable).
+  const pkg = path.join(cwd, 'src');
+  const env = { SCR_GUEST_HOME: path.join(tempDir(), 'home') };
+  const flags = "'--offline', '--no-audit', '--no-fund', '--no-update-notifier'";
+  const r = run([
+    "import fs from 'node:fs';",
+    "import { execFileSync } from 'node:child_process';",
+    "import { createRequire } from 'node:module';",
+    `fs.mkdirSync(${JSON.stringify(pkg)});`,
+    `fs.writeFileSync(${JSON.stringify(`${pkg}/package.json`)}, JSON.stringify({ name: 'scrpkg', version: '1.0.0', main: 'index.js', bin: { scrpkg: 'cli.js' } }));`,
+    `fs.writeFileSync(${JSON.stringify(`${pkg}/index.js`)}, 'module.exports = { value: 42 };');`,
+    `fs.writeFileSync(${JSON.stringify(`${pkg}/cli.js`)}, '#!/usr/bin/env node\\nconsole.log("cli", process.getuid());', { mode: 0o755 });`,
+    `execFileSync('npm', ['install', ${flags}, ${JSON.stringify(pkg)}], { stdio: ['ignore', 'ignore', 'inherit'] });`,
+    `execFileSync('npm', ['install', '-g', ${flags}, ${JSON.stringify(pkg)}], { stdio: ['ignore', 'ignore', 'inherit'] });`,
+    "const { default: { value } } = await import('scrpkg');",
+    "console.log(value, createRequire(process.cwd() + '/x.js')('scrpkg').value);",
+    "process.stdout.write(execFileSync('scrpkg', { encoding: 'utf8' }));",
+  ].join('\n'), { cwd, env, timeout: 120_000 });
+  const uid = ROOT ? 1000 : process.getuid();
+  assert.equal(r.stdout, `42 42\ncli ${uid}\n`, r.stderr);
+  const again = run("import pkg from 'scrpkg'; import { execFileSync } from 'node:child_process'; console.log(pkg.value); process.stdout.write(execFileSync('scrpkg', { encoding: 'utf8' }));", { cwd, env });
+  assert.equal(again.stdout, `42\ncli ${uid}\n`, again.stderr);
 });

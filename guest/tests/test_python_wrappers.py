@@ -14,13 +14,29 @@ import time
 import unittest
 
 GUEST = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = os.environ.get("SCR_TEST_PYTHON") or sys.executable
+# Run as root (as in a VM), the wrappers drop to the guest user (uid 1000)
+# before the guest's code runs, as they do there: the test dirs are then
+# open to it, and python is one whose stdlib it can read (a pyenv under
+# /root is not).
+ROOT = os.geteuid() == 0
+PYTHON = (os.environ.get("SCR_TEST_PYTHON")
+          or (ROOT and os.path.exists("/usr/bin/python3") and "/usr/bin/python3")
+          or sys.executable)
 
 
 def _tempdir():
     d = tempfile.mkdtemp(prefix="scr-py-")
     atexit.register(shutil.rmtree, d, True)
+    if ROOT:
+        os.chmod(d, 0o777)
     return d
+
+
+# The wrappers' own directory (the VM's /tmp/.scr): root's, as a root
+# wrapper insists.
+WORKER_DIR = tempfile.mkdtemp(prefix="scr-py-own-")
+atexit.register(shutil.rmtree, WORKER_DIR, True)
+os.chmod(WORKER_DIR, 0o755)
 
 
 def _read(rel):
@@ -35,9 +51,10 @@ INVOKE = _read("python/shared.py") + _read("python/invoke.py")
 
 def guest(script, stdin, cwd=None, env=None, timeout=60):
     e = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"),
-         "SCR_PY_SDK_DIR": "/nonexistent/iii-py"}
+         "SCR_PY_SDK_DIR": "/nonexistent/iii-py",
+         "SCR_GUEST_HOME": os.path.join(_tempdir(), "home"), "SCR_WORKER_DIR": WORKER_DIR}
     e.update(env or {})
-    return subprocess.run([PYTHON, "-c", script], input=stdin.encode(), capture_output=True,
+    return subprocess.run([PYTHON, "-Ic", script], input=stdin.encode(), capture_output=True,
                           cwd=cwd or _tempdir(), env=e, timeout=timeout)
 
 
@@ -176,6 +193,108 @@ class InvokeMode(unittest.TestCase):
     def test_malformed_stdin(self):
         r = guest(INVOKE, "nope")
         self.assertEqual((r.returncode, r.stdout), (2, b""))
+
+
+def _wheel(d, name):
+    """A pure-python wheel of package `name` (VALUE = 42), built offline."""
+    import zipfile
+    whl = os.path.join(d, "%s-1.0-py3-none-any.whl" % name)
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("%s/__init__.py" % name, "VALUE = 42\n")
+        z.writestr("%s-1.0.dist-info/METADATA" % name, "Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name)
+        z.writestr("%s-1.0.dist-info/WHEEL" % name,
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("%s-1.0.dist-info/RECORD" % name, "")
+    return whl
+
+
+class GuestUser(unittest.TestCase):
+    """The wrappers' first act (shared.py's _as_guest): as root, drop for good
+    to the image's user; HOME, caches, pip's user site and npm's prefix are
+    the guest's own; no guest code runs when that cannot be done."""
+
+    IDS = "import os\nprint(os.getresuid(), os.getresgid(), os.getgroups())\n"
+
+    def expected_ids(self):
+        if ROOT:
+            return "(1000, 1000, 1000) (100, 100, 100) []\n"
+        return "%r %r %r\n" % (os.getresuid(), os.getresgid(), os.getgroups())
+
+    def test_run_and_handler_code_runs_as_the_guest_user(self):
+        r = guest(RUN, self.IDS)
+        self.assertEqual(r.stdout.decode(), self.expected_ids(), r.stderr)
+        r, frame, _ = invoke("import os\ndef handler(p):\n    return [os.geteuid(), os.getegid(), os.getgroups()]\n")
+        self.assertEqual(frame, ("ok", [1000, 100, []] if ROOT else [os.geteuid(), os.getegid(), os.getgroups()]),
+                         r.stderr)
+
+    def test_home_caches_user_site_and_path_are_the_guests_own(self):
+        home = os.path.join(_tempdir(), "home")
+        code = ("import os, site, sys\n"
+                "e = os.environ\n"
+                "us = site.getusersitepackages()\n"
+                "system = [sys.path.index(p) for p in site.getsitepackages() if p in sys.path]\n"
+                "print(e['HOME'], e['XDG_CACHE_HOME'], e['NPM_CONFIG_PREFIX'])\n"
+                "print(us.startswith(e['HOME'] + '/.local/'), os.path.isdir(us), us in sys.path,\n"
+                "      all(sys.path.index(us) < i for i in system), sys.path[0] == '')\n"
+                "print(e['PATH'].split(':')[-2:])\n"
+                "print(oct(os.stat(e['HOME']).st_mode & 0o777), os.stat(e['HOME']).st_uid == os.getuid())\n")
+        r = guest(RUN, code, env={"SCR_GUEST_HOME": home})
+        self.assertEqual(r.stdout.decode().splitlines(), [
+            "%s %s/.cache %s/.npm-global" % (home, home, home),
+            "True True True True True",
+            str(["%s/.local/bin" % home, "%s/.npm-global/bin" % home]),
+            "0o700 True",
+        ], r.stderr)
+
+    def test_no_guest_code_runs_as_root_or_without_its_user(self):
+        for spec in ("0:0", "1000:0", "nobody", "1000"):
+            r = guest(RUN, "print('ran')", env={"SCR_GUEST_USER": spec})
+            self.assertEqual((r.returncode, r.stdout), (1, b""), spec)
+            self.assertIn(b"not running guest code as root", r.stderr)
+
+    @unittest.skipUnless(ROOT, "only a root wrapper drops, and checks the worker's directory")
+    def test_a_worker_dir_a_guest_could_change_stops_the_run(self):
+        base = _tempdir()
+        theirs = os.path.join(base, "theirs")
+        os.mkdir(theirs)
+        os.chown(theirs, 1000, 100)
+        link = os.path.join(base, "link")
+        os.symlink(WORKER_DIR, link)
+        open_to_all = os.path.join(base, "open")
+        os.mkdir(open_to_all)
+        os.chmod(open_to_all, 0o777)
+        for d in (theirs, link, open_to_all):
+            r = guest(RUN, "print('ran')", env={"SCR_WORKER_DIR": d})
+            self.assertEqual((r.returncode, r.stdout), (1, b""), d)
+            self.assertIn(b"is not a directory only root may change", r.stderr)
+        closed = os.path.join(base, "closed")
+        os.mkdir(closed, 0o700)
+        for d in (os.path.join(base, "made"), closed):
+            r = guest(RUN, "print('ran')", env={"SCR_WORKER_DIR": d})
+            self.assertEqual(r.stdout, b"ran\n", r.stderr)
+            st = os.lstat(d)
+            self.assertEqual((st.st_uid, oct(st.st_mode & 0o777)), (0, "0o755"), d)
+
+    def test_pip_installs_for_the_guest_and_it_imports_at_once_and_later(self):
+        probe = subprocess.run([PYTHON, "-m", "pip", "--version"], capture_output=True)
+        if probe.returncode != 0:
+            self.skipTest("%s has no pip" % PYTHON)
+        d = _tempdir()
+        home = os.path.join(_tempdir(), "home")
+        env = {"SCR_GUEST_HOME": home}
+        code = ("import subprocess, sys\n"
+                "for args in (['--user', %r], [%r]):\n"  # --user, and a plain install that falls back to it
+                "    r = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-index', '-q',\n"
+                "                        '--break-system-packages', '--disable-pip-version-check'] + args,\n"
+                "                       capture_output=True, text=True)\n"
+                "    sys.stderr.write(r.stderr)\n"
+                "import scrpkga, scrpkgb\n"
+                "print(scrpkga.VALUE, scrpkgb.VALUE, scrpkga.__file__.startswith(%r))\n"
+                % (_wheel(d, "scrpkga"), _wheel(d, "scrpkgb"), home))
+        r = guest(RUN, code, env=env, timeout=120)
+        self.assertEqual(r.stdout, b"42 42 True\n", r.stderr)
+        r = guest(RUN, "import scrpkga, scrpkgb\nprint(scrpkga.VALUE + scrpkgb.VALUE)\n", env=env)
+        self.assertEqual(r.stdout, b"84\n", r.stderr)
 
 
 class IntrospectionNeverConnects(unittest.TestCase):

@@ -1,5 +1,5 @@
 """python3 -m unittest discover -s guest/tests  -- sdk_archive.py, run as the
-worker runs it (script via -c, one mode per exec): pack, read and unpack
+worker runs it (script via -Ic, one mode per exec): pack, read and unpack
 round-trip, and an archive from another VM gets no trust it does not need."""
 import base64
 import hashlib
@@ -32,7 +32,7 @@ class Vm:
     def run(self, *args, path=None):
         env = {"PATH": path if path is not None else os.environ.get("PATH", ""),
                "SCR_PY_SDK_DIR": self.dest}
-        return subprocess.run([PYTHON, "-c", SCRIPT, *args], capture_output=True,
+        return subprocess.run([PYTHON, "-Ic", SCRIPT, *args], capture_output=True,
                               cwd=self.root, env=env, timeout=120)
 
     def key(self):
@@ -127,6 +127,40 @@ class UnpackTest(unittest.TestCase):
         out = vm.unpack(tgz([file("./iii/__init__.py")]))
         self.assertEqual(out.returncode, 12)
         self.assertFalse(os.path.exists(vm.dest))
+
+    def test_an_sdk_dir_a_guest_could_have_made_is_no_install_and_is_replaced(self):
+        # Guest code runs as another user than the unpack (root in a VM): a
+        # tree it could have planted or changed is never taken as present.
+        def other_owner(dest):
+            os.makedirs(dest)
+            os.chown(dest, 1000, 100)
+
+        def open_to_all(dest):
+            os.makedirs(dest)
+            os.chmod(dest, 0o777)
+
+        def a_link(dest):
+            real = dest + "-elsewhere"
+            os.makedirs(real)
+            open(os.path.join(real, ".scr-installed"), "w").close()
+            os.symlink(real, dest)
+
+        cases = [open_to_all, a_link] + ([other_owner] if os.geteuid() == 0 else [])
+        for make in cases:
+            with self.subTest(make.__name__):
+                vm = Vm(self)
+                make(vm.dest)
+                if not os.path.islink(vm.dest):
+                    os.makedirs(os.path.join(vm.dest, "iii"))
+                    with open(os.path.join(vm.dest, "iii", "__init__.py"), "w") as f:
+                        f.write("PLANTED = True\n")
+                    open(os.path.join(vm.dest, ".scr-installed"), "w").close()
+                out = vm.unpack(good_tree())
+                self.assertEqual((out.returncode, out.stdout.strip()), (0, b"unpacked"), out.stderr)
+                st = os.lstat(vm.dest)
+                self.assertEqual((st.st_uid, oct(st.st_mode & 0o777)), (os.geteuid(), "0o755"))
+                with open(os.path.join(vm.dest, "iii", "__init__.py")) as f:
+                    self.assertEqual(f.read(), "VERSION = 1\n")
 
     def test_garbage_is_a_bad_archive_not_a_crash(self):
         vm = Vm(self)

@@ -19,11 +19,12 @@ use crate::python_sdk::{
 };
 use crate::sandbox::{ExecParams, SandboxError, Streamed};
 
-/// `python3 -c sdk_archive.py <args…>` with the SDK budget.
+/// `python3 -Ic sdk_archive.py <args…>` with the SDK budget (isolated:
+/// it runs as root, in the guest's cwd).
 fn archive_exec(args: &[&str], timeout_ms: u64) -> ExecParams {
     let mut argv = vec![
         "python3".to_string(),
-        "-c".to_string(),
+        "-Ic".to_string(),
         guest::PYTHON_SDK_ARCHIVE.to_string(),
     ];
     argv.extend(args.iter().map(|a| a.to_string()));

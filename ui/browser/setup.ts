@@ -1,11 +1,13 @@
 /**
- * Global setup of the browser test: makes sure Debian's Chromium is there.
+ * Global setup of the browser test: finds the Chromium to drive.
  *
- * Missing /usr/bin/chromium is installed with apt-get when running as root
- * (CI, fresh machines); otherwise the test is skipped with the reason printed.
- * `SCR_CHROMIUM` points at another binary.
+ * /usr/bin/chromium, or the binary `SCR_CHROMIUM` names. This setup never
+ * installs anything: every browser test file runs its own vitest, and two
+ * `apt-get install`s at once lose dpkg's lock to each other. The cargo test
+ * (tests/ui.rs) installs Debian's chromium when it is missing and runs as
+ * root, once across its test processes, before it starts vitest; here a
+ * missing browser skips the test with the reason printed.
  */
-import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import type { TestProject } from "vitest/node";
 
@@ -18,31 +20,17 @@ declare module "vitest" {
 
 export const CHROMIUM = process.env.SCR_CHROMIUM ?? "/usr/bin/chromium";
 
-function apt(args: string[]): void {
-  execFileSync("apt-get", args, {
-    stdio: "inherit",
-    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
-    timeout: 600_000,
-  });
-}
-
-function ensureChromium(): { path: string | null; reason: string } {
+function findChromium(): { path: string | null; reason: string } {
   if (existsSync(CHROMIUM)) return { path: CHROMIUM, reason: "" };
   if (process.env.SCR_CHROMIUM) return { path: null, reason: `SCR_CHROMIUM=${CHROMIUM} does not exist` };
-  const root = typeof process.getuid === "function" && process.getuid() === 0;
-  if (!root) return { path: null, reason: `${CHROMIUM} is missing and installing it needs root (apt-get install -y chromium)` };
-  console.log(`browser test: ${CHROMIUM} is missing; installing Debian's chromium with apt-get`);
-  try {
-    apt(["install", "-y", "-qq", "chromium"]);
-  } catch {
-    apt(["update", "-qq"]);
-    apt(["install", "-y", "-qq", "chromium"]);
-  }
-  return existsSync(CHROMIUM) ? { path: CHROMIUM, reason: "" } : { path: null, reason: `apt-get ran but ${CHROMIUM} is still missing` };
+  return {
+    path: null,
+    reason: `${CHROMIUM} is missing: apt-get install -y chromium, or run the browser tests as root through cargo (cargo nextest run --test ui), which installs it`,
+  };
 }
 
 export default function setup(project: TestProject): void {
-  const { path, reason } = ensureChromium();
+  const { path, reason } = findChromium();
   if (!path) console.log(`browser test SKIPPED: ${reason}`);
   project.provide("chromium", path);
   project.provide("chromiumSkipReason", reason);

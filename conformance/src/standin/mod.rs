@@ -5,6 +5,7 @@ pub mod client;
 pub(crate) mod config_double;
 pub mod engine;
 pub mod host;
+pub mod install;
 pub mod sandbox_double;
 pub mod stack;
 pub mod wait;

@@ -221,6 +221,14 @@ impl Case {
         c
     }
 
+    /// This case lengthened by the floors the target's profile states.
+    pub(crate) fn stretched(&self, value: &dyn Fn(&str) -> Option<f64>) -> Case {
+        let mut c = self.clone();
+        c.steps = c.steps.iter().map(|s| s.stretched(value)).collect();
+        c.cleanup = c.cleanup.iter().map(|s| s.stretched(value)).collect();
+        c
+    }
+
     /// Every step of `steps` (nested included), not cleanup.
     pub(crate) fn all_steps(&self) -> Vec<&Step> {
         let mut out = Vec::new();
@@ -360,6 +368,7 @@ pub fn load_cases(dir: &Path, suite_version: &str) -> Result<Vec<Case>, LoadErro
         let mut case: Case = serde_path_to_error::deserialize(value)
             .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
         case.validate(suite_version).map_err(invalid)?;
+        validate::profile_placeholders_required(&case, &text).map_err(invalid)?;
         if let Some(other) = seen.insert(case.id.clone(), path.clone()) {
             return Err(invalid(format!(
                 "duplicate id `{}` (also in {})",

@@ -7,10 +7,13 @@
 //! envelope it answers in, and what a handful of cheap probes show
 //! (`probe`: languages, output caps and their size, validation at
 //! registration, the documented limits, the runtime id, the guest
-//! listener's functions…). What cannot be seen falls back to seed 000's
+//! listener's functions, the fields a run answers, where python runs find
+//! the SDK, the shape of `list_runtimes`…; the inject_guidance hook's
+//! function from its catalog entry). What cannot be seen falls back to seed 000's
 //! answer, and where seed 000 is silent to docs/contract.md's
 //! (`defaults`), each marked as such. Only values no document settles are
-//! written commented out.
+//! written commented out, and the worker-specific floors
+//! ([`target::FLOORS`]), a choice whose absence means "no floor".
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -140,6 +143,24 @@ fn observed(o: &Observation, feature: &str) -> Option<(String, String)> {
         (!out.is_empty()).then_some(out)
     };
     let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
+    if feature == "inject_guidance_function" {
+        // Published or not is what the listing shows; internal or not, its entry.
+        let entry = o.entries.iter().find(|(n, _)| n == "inject-guidance");
+        let published = o.published.present.iter().any(|f| f == "inject-guidance");
+        let (v, how) = match (published, entry) {
+            (false, _) => ("false", "<prefix>::inject-guidance is not published"),
+            (true, Some((_, e))) if e.pointer("/metadata/internal") == Some(&Value::Bool(true)) => (
+                "internal",
+                "<prefix>::inject-guidance is published with metadata.internal (engine::functions::info)",
+            ),
+            (true, Some(_)) => (
+                "public",
+                "<prefix>::inject-guidance is published without metadata.internal (engine::functions::info)",
+            ),
+            (true, None) => return None,
+        };
+        return Some((v.to_string(), format!("observed: {how}")));
+    }
     let v = match feature {
         "error_envelope" => {
             match (o.envelope.envelope != "unknown").then(|| o.envelope.envelope.clone()) {
@@ -252,7 +273,10 @@ pub(crate) fn render(
         "# - `suite contract default` values are docs/contract.md's answer where",
         "#   seed 000 leaves one open and nothing can be seen from outside;",
         "# - commented-out values are ones no document settles: state yours to",
-        "#   run the `profile`-level cases that need them.",
+        "#   run the `profile`-level cases that need them;",
+        "# - commented-out floors are a choice: state one only if your worker",
+        "#   raises a small configured value to it (the cases that configure",
+        "#   less then wait for the floor); none stated means no floor.",
         "# A profile value refines what a `recommended` case checks; it never",
         "# turns one off.",
     ] {
@@ -278,6 +302,9 @@ pub(crate) fn render(
     let _ = writeln!(y, "profile:");
     let mut open = Vec::new();
     for f in features {
+        if target::is_floor(f) {
+            continue;
+        }
         if let Some((v, how)) = observed(o, f) {
             let _ = writeln!(y, "  {f}:\n    value: {v}\n    source: {}", quote(&how));
         } else if let Some((_, v, why)) = SEED_DEFAULTS.iter().find(|(k, _, _)| k == f) {
@@ -308,6 +335,16 @@ pub(crate) fn render(
                 "  # {f}:\n  #   value: …\n  #   source: \"your worker's documentation\""
             );
         }
+    }
+    let _ = writeln!(
+        y,
+        "  # ---- worker-specific floors: state yours only if your worker has one ----"
+    );
+    for (f, what, example) in target::FLOORS {
+        let _ = writeln!(
+            y,
+            "  # {f}:  # {what}\n  #   value: {example}\n  #   source: \"your worker's documentation\""
+        );
     }
     let _ = writeln!(
         y,

@@ -17,6 +17,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iii_sdk::IIIClient;
@@ -25,6 +27,7 @@ use tokio::sync::Mutex;
 
 use crate::standin::config_double::ConfigDouble;
 use crate::standin::engine::StandInEngine;
+use crate::standin::sandbox_double::call_log::CallLog;
 use crate::standin::sandbox_double::{SandboxDouble, SandboxLimits};
 use crate::standin::stack::{
     GuestGate, ListenerLayout, Stack, StackError, StackOptions, StackParts,
@@ -122,6 +125,10 @@ pub(crate) struct Env {
     container: Option<testcontainers::ContainerAsync<testcontainers::GenericImage>>,
     /// A configuration-worker double and its directory (private envs asking for one).
     configuration: Option<(ConfigDouble, PathBuf)>,
+    /// What the daemon double served, where this environment has one.
+    calls: std::sync::Mutex<Option<Arc<CallLog>>>,
+    /// Cases running in this environment now (see `runner::timing`).
+    pub(crate) running: AtomicUsize,
 }
 
 async fn connect(url: &str) -> Result<IIIClient, EnvError> {
@@ -160,6 +167,28 @@ impl Env {
             worker: Mutex::new(None),
             container: None,
             configuration: None,
+            calls: std::sync::Mutex::new(None),
+            running: AtomicUsize::new(0),
+        }
+    }
+
+    /// The record of the `sandbox::*` calls the daemon double served, where
+    /// this environment has a double (not against a live engine).
+    pub(crate) fn sandbox_calls(&self) -> Option<Arc<CallLog>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note_double(&self, double: Option<&SandboxDouble>) {
+        *self.calls.lock().unwrap_or_else(|p| p.into_inner()) = double.map(SandboxDouble::calls);
+    }
+
+    /// The engine, as a timing diagnosis names it.
+    pub(crate) fn engine_kind(&self) -> &'static str {
+        match (&self.engine_process, &self.container) {
+            (Some(_), _) => "a real iii engine (--engine-bin)",
+            (None, Some(_)) => "a real iii engine (--engine-image)",
+            (None, None) if self.bench.is_some() || self.engine.is_some() => "the stand-in engine",
+            (None, None) => "a live engine",
         }
     }
 
@@ -267,6 +296,7 @@ impl Env {
         let mut worker = WorkerProcess::spawn_with_guest(cmd, url, UrlVia::Flag, None, guest_url)?;
         worker.wait_ready(&client, &functions).await?;
         let mut env = Env::bare(url, client, functions);
+        env.note_double(stack.sandbox());
         env.bench = Some(stack);
         env.limits = limits;
         env.worker = Mutex::new(Some(worker));
@@ -422,6 +452,7 @@ impl Env {
         env.configuration = configuration;
         env.engine = engine;
         env.engine_process = engine_process;
+        env.note_double(double.as_ref());
         env.double = Mutex::new(double);
         env.limits = limits;
         env.worker = Mutex::new(Some(worker));
@@ -497,6 +528,7 @@ impl Env {
         let d = SandboxDouble::start(&self.url, self.limits.clone())
             .await
             .map_err(|e| EnvError::caused("the daemon double cannot start", e))?;
+        self.note_double(Some(&d));
         *guard = Some(d);
         Ok(json!({ "started": true }))
     }

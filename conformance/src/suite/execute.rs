@@ -3,6 +3,7 @@
 //! entry judged against the expectations.
 
 use super::*;
+use std::sync::atomic::Ordering;
 
 pub(super) fn provisional(r: &JobResult, exp: &Expectations) -> CaseReport {
     finalize(
@@ -85,7 +86,9 @@ pub(super) async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
         return result;
     }
     let target = &ctx.loaded.target;
-    let refined = case.refined(&|req| target.check(req).is_ok());
+    let refined = case
+        .refined(&|req| target.check(req).is_ok())
+        .stretched(&|floor| target.number(floor));
     let case = &refined;
     // A function the profile lists but the target does not publish fails
     // the cases that need it, and only those.
@@ -148,14 +151,35 @@ pub(super) async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
     vars.set("prefix", json!(ctx.prefix));
     vars.set("case", json!(case.id));
     vars.set("engine_url", json!(env.url));
+    // `${profile.<feature>}`: a value the target's profile declares (a case
+    // using one requires the feature, so it is there).
+    for (name, feature) in &ctx.loaded.target.profile {
+        vars.set(format!("profile.{name}"), feature.value.clone());
+    }
     let run = runner::CaseRun::new(&case.id, &ctx.prefix, env, vars);
+    let running = env.running.fetch_add(1, Ordering::Relaxed) + 1;
+    let began = Instant::now();
     let raw = match tokio::time::timeout(CASE_DEADLINE, run.run(case)).await {
         Ok(raw) => raw,
-        Err(_) => runner::RawOutcome {
-            failure: Some(format!("the case did not finish within {CASE_DEADLINE:?}")),
-            ..runner::RawOutcome::default()
-        },
+        Err(_) => {
+            let window = runner::timing::Window {
+                env,
+                from: began,
+                to: Instant::now(),
+                others: running
+                    .max(env.running.load(Ordering::Relaxed))
+                    .saturating_sub(1),
+            };
+            runner::RawOutcome {
+                failure: Some(format!(
+                    "the case did not finish within {CASE_DEADLINE:?}{}",
+                    window.explain()
+                )),
+                ..runner::RawOutcome::default()
+            }
+        }
     };
+    env.running.fetch_sub(1, Ordering::Relaxed);
     if let Some(e) = private {
         e.shutdown().await;
     }

@@ -26,6 +26,7 @@
 //! | `{$all: [m, …]}` | every matcher holds |
 //! | `{$not: m}` | `m` does not hold |
 //! | `{$nowhere: "s"}` / `{$nowhere_regex: "re"}` | no string anywhere inside (keys too) contains `s` / matches |
+//! | `{$somewhere: m}` | the value itself or some value anywhere inside it matches `m` (wherever a shape puts it) |
 //!
 //! Arrays compare as multisets everywhere (`$exact` included): no seed fixes
 //! the order of a list, so a case that needs one says so with `$ordered`.
@@ -121,6 +122,7 @@ pub enum Matcher {
     Not(Box<Matcher>),
     Nowhere(String),
     NowhereRegex(Regex),
+    Somewhere(Box<Matcher>),
 }
 
 /// Why a matcher spec is malformed.
@@ -304,6 +306,7 @@ impl Matcher {
             Matcher::NowhereRegex(r) => {
                 format!("a value with no string matching /{}/", r.as_str())
             }
+            Matcher::Somewhere(m) => format!("a value holding, somewhere, {}", m.describe()),
         }
     }
 
@@ -378,6 +381,7 @@ impl Matcher {
             }
             Matcher::Nowhere(s) => !any_string(v, &|x| x.contains(s.as_str())),
             Matcher::NowhereRegex(r) => !any_string(v, &|x| r.is_match(x)),
+            Matcher::Somewhere(m) => any_value(v, &|x| m.matches(Some(x))),
             Matcher::All(ms) => {
                 for m in ms {
                     m.check_at(Some(v), path, out);
@@ -470,6 +474,16 @@ impl Matcher {
             self.fail(Some(v), path, out);
         }
     }
+}
+
+/// Whether `v` itself or any value inside it satisfies `pred`.
+fn any_value(v: &Value, pred: &dyn Fn(&Value) -> bool) -> bool {
+    pred(v)
+        || match v {
+            Value::Array(a) => a.iter().any(|x| any_value(x, pred)),
+            Value::Object(m) => m.values().any(|x| any_value(x, pred)),
+            _ => false,
+        }
 }
 
 /// Whether any string inside `v` (object keys included) satisfies `pred`.

@@ -2,6 +2,7 @@
 //! captures, expectations, timing bounds, and cleanup steps that always run.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,7 @@ use super::vars::{Splice, Vars};
 use crate::standin::wait::Deadline;
 
 mod diagnostics;
+pub(crate) mod timing;
 pub use diagnostics::*;
 
 /// Default client-side deadline of one call.
@@ -135,9 +137,10 @@ impl<'a> CaseRun<'a> {
     fn run_steps<'b>(&'b self, steps: &'b [Step]) -> BoxFuture<'b, Result<(), String>> {
         async move {
             for (i, s) in steps.iter().enumerate() {
-                self.run_step(s)
-                    .await
-                    .map_err(|e| format!("{}: {e}", s.label(i)))?;
+                self.run_step(s).await.map_err(|e| {
+                    let floor = s.stretch.as_ref().map(|st| st.note()).unwrap_or_default();
+                    format!("{}: {e}{floor}", s.label(i))
+                })?;
             }
             Ok(())
         }
@@ -194,6 +197,7 @@ impl<'a> CaseRun<'a> {
 
     async fn attempt(&self, step: &Step) -> Result<(), String> {
         let started = Instant::now();
+        let running = self.env.running.load(Ordering::Relaxed);
         let (outcome, is_target) = if let Some(suffix) = &step.trigger {
             let id = format!("{}::{}", self.prefix, self.fill(suffix)?);
             (self.call(&id, step).await?, true)
@@ -206,6 +210,16 @@ impl<'a> CaseRun<'a> {
             return Err("empty step".into());
         };
         let elapsed = started.elapsed();
+        // Where the time went, for a timing failure (see `timing`).
+        let window = || timing::Window {
+            env: self.env,
+            from: started,
+            to: started + elapsed,
+            others: running
+                .max(self.env.running.load(Ordering::Relaxed))
+                .saturating_sub(1),
+        };
+        let client_failed = matches!(outcome, Outcome::Transport(_));
 
         if let Outcome::Error { code, message } = &outcome {
             let o = classify(self.prefix, code, message);
@@ -222,13 +236,20 @@ impl<'a> CaseRun<'a> {
             }
         }
 
-        let value = self.judge(step, outcome)?;
+        let value = self.judge(step, outcome).map_err(|e| {
+            if client_failed {
+                format!("{e}{}", window().explain())
+            } else {
+                e
+            }
+        })?;
 
         if let Some(ms) = step.within_ms {
             if elapsed > Duration::from_millis(ms) {
                 return Err(format!(
-                    "took {} ms, the bound is {ms} ms",
-                    elapsed.as_millis()
+                    "took {} ms, the bound is {ms} ms{}",
+                    elapsed.as_millis(),
+                    window().explain()
                 ));
             }
         }

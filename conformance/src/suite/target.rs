@@ -6,7 +6,12 @@
 //! - `!name`: the feature is absent or falsy;
 //! - `name=value`: the feature's value, as text, equals `value`;
 //! - `name<=n` / `name>=n`: the feature is a number within that bound (an
-//!   implementation-defined bound such as an idle-TTL floor).
+//!   implementation-defined bound such as a size limit).
+//!
+//! A worker-specific floor ([`FLOORS`]: the smallest idle TTL a worker
+//! passes on…) never gates a case: a case that configures a smaller value
+//! `stretch`es its wait by the floor where the profile states one, and runs
+//! as written where it states none.
 //!
 //! Some features say how well a target does something the suite checks
 //! (its output caps, its validation, its limits) rather than what the
@@ -83,7 +88,6 @@ pub const REFINES_ONLY: &[&str] = &[
     "stream_cap_bytes",
     "handler_checked_at_registration",
     "request_limits",
-    "failed_keep_returns_runtime_id",
     "secret_redaction",
     "bus_wide_id_check",
     "async_python_handler",
@@ -98,6 +102,22 @@ pub const REFINES_ONLY: &[&str] = &[
     "namespace_max_bytes",
     "function_name_max_bytes",
 ];
+
+/// Worker-specific floors: `(feature, what it floors, an example value)`.
+/// A worker raises a configured value below its floor to the floor; a case
+/// that configures a smaller one waits longer by it (`stretch`). A profile
+/// that states none has none. The draft writes each commented out, for the
+/// author to state theirs.
+pub const FLOORS: &[(&str, &str, &str)] = &[(
+    "idle_ttl_floor_secs",
+    "the smallest idle_ttl_secs the worker passes to sandbox::create; a smaller configured one is raised to it",
+    "30",
+)];
+
+/// Whether `feature` is a worker-specific floor ([`FLOORS`]).
+pub fn is_floor(feature: &str) -> bool {
+    FLOORS.iter().any(|(f, _, _)| *f == feature)
+}
 
 /// Whether `feature` only refines checks ([`REFINES_ONLY`]).
 pub fn refines_only(feature: &str) -> bool {
@@ -209,6 +229,11 @@ impl Target {
         Err(format!("requires `{req}`; target has {name}={shown}"))
     }
 
+    /// The number the profile states for `feature`, if it states one.
+    pub(crate) fn number(&self, feature: &str) -> Option<f64> {
+        self.profile.get(feature).and_then(|f| f.value.as_f64())
+    }
+
     /// Whether the profile states a value for `feature` at all.
     pub(crate) fn declares(&self, feature: &str) -> bool {
         self.profile.contains_key(feature)
@@ -229,10 +254,12 @@ impl Target {
     }
 }
 
-/// Features named by any target: requirements outside it are typos.
+/// Features named by any target, and the floors: requirements outside
+/// them are typos.
 pub(crate) fn known_features(targets: &[Target]) -> BTreeSet<String> {
     targets
         .iter()
         .flat_map(|t| t.profile.keys().cloned())
+        .chain(FLOORS.iter().map(|(f, _, _)| f.to_string()))
         .collect()
 }

@@ -1,5 +1,6 @@
 //! Placeholders: `${name}` in payloads, function ids and matchers, filled
-//! from the case's built-ins (`ns`, `uuid`, `prefix`) and its captures.
+//! from the case's built-ins (`ns`, `uuid`, `prefix`), the target's profile
+//! values (`profile.<feature>`) and its captures.
 //!
 //! A string that is exactly one placeholder takes the variable's JSON value
 //! (so a captured object or number stays one); a placeholder inside a longer

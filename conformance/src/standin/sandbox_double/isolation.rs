@@ -12,11 +12,13 @@
 //! they persist across that sandbox's execs, no other sandbox sees them, and
 //! they vanish when it stops.
 //!
-//! At `sandbox::create` the sandbox boots: one mount, user, PID, IPC and UTS
-//! namespace (and network namespace: the sandbox's own behind slirp4netns
-//! for `network:true`, a private one with only loopback otherwise) with its
+//! At `sandbox::create` the sandbox boots: one mount, user and PID namespace
+//! (and network namespace: the sandbox's own behind slirp4netns for
+//! `network:true`, a private one with only loopback otherwise) with its
 //! mounts in place, and in it PID 1, the double's small init
-//! (`scr-guest-init`, see `isolation/vm`). Every exec is a child of that
+//! (`scr-guest-init`, see `isolation/vm`). As host root the user namespace
+//! maps a range of ids, so guest root can become the images' users (see
+//! `users`). Every exec is a child of that
 //! init, as on the daemon, so an exec costs a process start, not a new
 //! container. When PID 1 dies the kernel kills everything left in the
 //! namespace, so SIGKILLing it stops the sandbox, and by the time hakoniwa's
@@ -42,6 +44,7 @@ use uuid::Uuid;
 
 use super::image_layer::{ExecWorkdirs, ImageLayer};
 use super::network::GuestNet;
+use super::users::{self, Mapping};
 
 mod process;
 mod scratch;
@@ -78,6 +81,9 @@ pub(crate) struct Isolation {
     init_binary: PathBuf,
     /// One shared writable layer per image, created on first use.
     layers: Mutex<std::collections::HashMap<String, Arc<ImageLayer>>>,
+    /// How sandboxes map ids: a range as host root, unless the probe found
+    /// that this host refuses it.
+    mapping: Mutex<Mapping>,
     jobs: Mutex<Option<mpsc::Sender<SpawnJob>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -135,6 +141,7 @@ impl Isolation {
             state,
             init_binary,
             layers: Mutex::new(std::collections::HashMap::new()),
+            mapping: Mutex::new(Mapping::for_host()),
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -150,11 +157,16 @@ impl Isolation {
             self.state.join(format!("image-{image}")),
             &self.layout,
         )?);
-        if let Err(e) = super::presets::apply(image, &layer) {
+        if let Err(e) = super::presets::apply(image, &layer, self.mapping()) {
             tracing::warn!(image, error = %e, "the {image} image lacks some of its preset's contents");
         }
         layers.insert(image.to_string(), layer.clone());
         Ok(layer)
+    }
+
+    /// How this double's sandboxes map ids.
+    pub(crate) fn mapping(&self) -> Mapping {
+        *self.mapping.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new sandbox of `image`: its private scratch over the image layer.
@@ -172,12 +184,32 @@ impl Isolation {
         let _ = std::fs::remove_dir_all(&self.state);
     }
 
+    /// Proves that sandboxes work on this host (see [`Isolation::probe_once`]).
+    /// A root double whose sandboxes cannot map a range of ids falls back to
+    /// one id, guest root, and says so (`users::unmodelled`).
+    pub(crate) async fn probe(&self) -> Result<(), String> {
+        match self.probe_once().await {
+            Err(e) if self.mapping() == Mapping::Range => {
+                tracing::warn!(
+                    error = %e,
+                    "sandboxes cannot map a range of uids on this host: guest code cannot become \
+                     another user than root (as the daemon's VMs let it)"
+                );
+                *self.mapping.lock().unwrap_or_else(|p| p.into_inner()) = Mapping::Single;
+                users::range_failed();
+                self.probe_once().await
+            }
+            other => other,
+        }
+    }
+
     /// Proves that a sandboxed process really runs in its own root: it
     /// writes `/tmp/<marker>`, which must land in a scratch directory and
     /// not in the host's /tmp, and its parent must be PID 1 (the sandbox's
-    /// init). Any failure means isolation is unavailable and the double must
-    /// not start.
-    pub(crate) async fn probe(&self) -> Result<(), String> {
+    /// init); with [`Mapping::Range`], its user namespace has the images'
+    /// uid 1000. Any failure means isolation is unavailable and the double
+    /// must not start.
+    async fn probe_once(&self) -> Result<(), String> {
         let id = Uuid::new_v4();
         let layer = Arc::new(
             ImageLayer::create(self.state.join(format!("probe-{id}")), &self.layout)
@@ -237,6 +269,26 @@ impl Isolation {
                     "the guest program's parent is pid {stdout:?}, not the sandbox's init"
                 ));
             }
+            if self.mapping() == Mapping::Range {
+                let ids = ExecSpec {
+                    argv: vec![
+                        "sh".into(),
+                        "-c".into(),
+                        "while read -r a b c; do echo \"$a $c\"; done </proc/self/uid_map".into(),
+                    ],
+                    ..spec.clone()
+                };
+                let running = vms[0]
+                    .spawn(&ids)
+                    .map_err(|e| format!("cannot spawn a namespaced process: {e}"))?;
+                let outcome = tokio::time::timeout(Duration::from_secs(20), running.outcome())
+                    .await
+                    .map_err(|_| "reading the sandbox's uid map did not finish in 20 s")?;
+                let map = String::from_utf8_lossy(&outcome.stdout).to_string();
+                if !maps_id(&map, 1000) {
+                    return Err(format!("the sandbox's uid map lacks uid 1000: {map:?}"));
+                }
+            }
             // `network:false` sandboxes need a private network namespace.
             let offline = ExecSpec {
                 argv: vec!["sh".into(), "-c".into(), "exit 0".into()],
@@ -286,13 +338,14 @@ impl Isolation {
         let layer = scratch.view().shared_layer();
         let seen = layer.generation();
         let workdirs = layer.workdirs()?;
+        let mapping = self.mapping();
         let booted = async {
             std::fs::copy(
                 &self.init_binary,
                 scratch.path().join(&vm::GUEST_INIT_PATH[1..]),
             )?;
             let (ours, theirs) = UnixStream::pair()?;
-            let mut cmd = self.command(scratch, network, &workdirs)?;
+            let mut cmd = self.command(scratch, network, &workdirs, mapping)?;
             let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
             cmd.current_dir("/")
                 .stdin(Stdio::from(OwnedFd::from(theirs)))
@@ -308,10 +361,28 @@ impl Isolation {
                         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?,
                 }
             }
-            let child = rx
+            let mut child = rx
                 .await
                 .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
+            if mapping == Mapping::Range {
+                let outer = child.id() as libc::pid_t;
+                let wire = ours.try_clone()?;
+                let mapped = tokio::task::spawn_blocking(move || {
+                    let r = users::map_from_host(&wire, || init_pid(outer));
+                    if r.is_err() {
+                        // Its init exits at the wire's end (or dies with
+                        // the reaper): nothing of it is left behind.
+                        let _ = wire.shutdown(std::net::Shutdown::Both);
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    r.map(|()| child)
+                })
+                .await
+                .map_err(std::io::Error::other)?;
+                child = mapped?;
+            }
             Ok((child, ours))
         }
         .await;
@@ -325,15 +396,29 @@ impl Isolation {
     }
 
     /// The hakoniwa command of a sandbox: namespaces, mounts, and a closure
-    /// that execs the init.
+    /// that execs the init (entering a user namespace `mapping` says).
     fn command(
         &self,
         scratch: &Scratch,
         network: bool,
         workdirs: &ExecWorkdirs,
+        mapping: Mapping,
     ) -> std::io::Result<hakoniwa::Command> {
         let program = CString::new(vm::GUEST_INIT_PATH).map_err(std::io::Error::other)?;
-        let mut container = Container::new();
+        let shm = CString::new("/dev/shm").map_err(std::io::Error::other)?;
+        let mut container = match mapping {
+            // Hakoniwa's user namespace maps one id; the init's closure
+            // enters one with a range instead (see `users`).
+            Mapping::Range => {
+                let mut c = Container::empty();
+                c.unshare(Namespace::Mount)
+                    .unshare(Namespace::Pid)
+                    .procfsmount("/proc");
+                c
+            }
+            Mapping::Single => Container::new(),
+        };
+        let range = mapping == Mapping::Range;
         container
             .rootdir(scratch.path())
             .runctl(Runctl::RootdirRW)
@@ -381,6 +466,12 @@ impl Isolation {
             if !network {
                 loopback_up();
             }
+            // The daemon's /dev/shm is a tmpfs every guest user may use.
+            // SAFETY: chmod of a NUL-terminated path.
+            unsafe { libc::chmod(shm.as_ptr(), 0o1777) };
+            if range && !users::enter_in_init() {
+                return INIT_FAILURE;
+            }
             let argv = [program.as_ptr(), program.as_ptr(), std::ptr::null()];
             let envp = [std::ptr::null()];
             // SAFETY: NUL-terminated strings and null-terminated arrays that
@@ -390,10 +481,19 @@ impl Isolation {
         };
         // SAFETY: the closure runs in the namespace's PID 1 after fork, in a
         // single-threaded process. It only calls async-signal-safe libc
-        // functions (socket, ioctl, close, execve).
+        // functions (socket, ioctl, close, chmod, unshare, read, write,
+        // setgroups, execve).
         let cmd = unsafe { container.command_from_closure(init) };
         Ok(cmd)
     }
+}
+
+/// Whether a `/proc/<pid>/uid_map` (as `<inside> <count>` lines) maps `id`.
+fn maps_id(map: &str, id: u64) -> bool {
+    map.lines().any(|l| {
+        let mut f = l.split_whitespace().map(|n| n.parse::<u64>().ok());
+        matches!((f.next(), f.next()), (Some(Some(a)), Some(Some(c))) if a <= id && id < a + c)
+    })
 }
 
 /// Writes `bytes` to a new file at `path`, mode 0755.

@@ -6,13 +6,18 @@
 //! - `limits`: operator limits and their `--sandbox-*` flags.
 //! - `error`: the S-code envelope.
 //! - `registry`: the sandbox table, idle clock, stop sequence and reaper.
-//! - `isolation`: namespaced process spawning on per-sandbox scratch roots.
+//! - `isolation`: namespaced process spawning on per-sandbox scratch roots;
+//!   `users`: the ids a sandbox maps (guest root, and the images' users
+//!   where the host allows).
 //! - `image_layer`: each image's one shared writable rootfs layer; `presets`:
 //!   what the python and node images hold beyond the host's `/usr` and `/etc`.
 //! - `private_tmpfs`: where sandboxes' private directories live (tmpfs, like the daemon's).
 //! - `guest_path`: what a path means inside a sandbox.
 //! - `lifecycle`, `exec`, `fs_ops`, `run`: the handlers.
+//! - `call_log`: what the handlers served, when and for how long (read by
+//!   the suite to explain a missed time bound).
 
+pub(crate) mod call_log;
 pub(crate) mod daemon;
 pub(crate) mod error;
 pub(crate) mod exec;
@@ -27,6 +32,7 @@ pub(crate) mod presets;
 pub mod private_tmpfs;
 pub(crate) mod registry;
 pub(crate) mod run;
+pub mod users;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,6 +47,7 @@ use serde::Serialize;
 
 pub use limits::{SandboxArgs, SandboxLimits};
 
+use call_log::{CallLog, Noted};
 use daemon::Daemon;
 use error::DaemonError;
 use isolation::Isolation;
@@ -83,6 +90,8 @@ pub struct SandboxDouble {
     daemon: Arc<Daemon>,
     client: IIIClient,
     functions: Vec<FunctionRef>,
+    /// Every call served, for the suite's timing diagnostics.
+    calls: Arc<CallLog>,
     reaper: tokio::task::JoinHandle<()>,
     /// The double's own runtime: handlers run here, not on the SDK's
     /// single-threaded connection runtime, and regardless of the caller's.
@@ -141,7 +150,8 @@ impl SandboxDouble {
             },
         );
         daemon.attach(&client);
-        let functions = register_all(&client, &daemon, runtime.handle());
+        let calls = Arc::new(CallLog::default());
+        let functions = register_all(&client, &daemon, runtime.handle(), &calls);
 
         let reaper = runtime.spawn(registry::run_reaper(
             daemon.registry.clone(),
@@ -154,6 +164,7 @@ impl SandboxDouble {
             daemon,
             client,
             functions,
+            calls,
             reaper,
             runtime: Some(runtime),
         };
@@ -238,6 +249,11 @@ impl SandboxDouble {
     pub fn live(&self) -> Vec<(String, Option<String>)> {
         self.daemon.registry.live()
     }
+
+    /// The record of the calls this double served.
+    pub(crate) fn calls(&self) -> Arc<CallLog> {
+        self.calls.clone()
+    }
 }
 
 impl Drop for SandboxDouble {
@@ -265,37 +281,49 @@ struct Registrar<'a> {
     client: &'a IIIClient,
     rt: &'a tokio::runtime::Handle,
     daemon: &'a Arc<Daemon>,
+    calls: &'a Arc<CallLog>,
 }
 
 impl Registrar<'_> {
     /// Registers one typed handler, run on the double's runtime. A payload
     /// that does not deserialize fails in the SDK (`serialization error: …`)
-    /// before the handler runs, as on the daemon.
+    /// before the handler runs, as on the daemon. Each call is recorded in
+    /// the call log (what it was about, how long it took, how it ended).
     fn register<Req, Resp, F, Fut>(&self, id: &str, description: &str, handler: F) -> FunctionRef
     where
-        Req: DeserializeOwned + JsonSchema + Send + 'static,
-        Resp: Serialize + JsonSchema + Send + 'static,
+        Req: DeserializeOwned + JsonSchema + Noted + Send + 'static,
+        Resp: Serialize + JsonSchema + Noted + Send + 'static,
         F: Fn(Arc<Daemon>, Req) -> Fut + Send + Sync + Copy + 'static,
         Fut: Future<Output = Result<Resp, DaemonError>> + Send + 'static,
     {
         let rt = self.rt.clone();
         let daemon = self.daemon.clone();
         let name = id.to_string();
+        let calls = self.calls.clone();
         self.client.register_function(
             id,
             RegisterFunction::new_async(move |req: Req| {
+                let call = calls.begin(&name, req.note().unwrap_or_default());
                 let task = rt.spawn(handler(daemon.clone(), req));
                 let name = name.clone();
+                let calls = calls.clone();
                 async move {
                     match task.await {
-                        Ok(Ok(resp)) => Ok(resp),
+                        Ok(Ok(resp)) => {
+                            calls.end(call, "ok".into(), resp.note());
+                            Ok(resp)
+                        }
                         Ok(Err(e)) => {
+                            calls.end(call, e.code().as_str().into(), None);
                             tracing::debug!(function = %name, error = %e, "sandbox call failed");
                             Err(iii_sdk::Error::from(e))
                         }
-                        Err(e) => Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
-                            "handler task: {e}"
-                        )))),
+                        Err(e) => {
+                            calls.end(call, "handler task failed".into(), None);
+                            Err(iii_sdk::Error::from(DaemonError::BootFailed(format!(
+                                "handler task: {e}"
+                            ))))
+                        }
                     }
                 }
             })
@@ -308,8 +336,14 @@ fn register_all(
     client: &IIIClient,
     daemon: &Arc<Daemon>,
     rt: &tokio::runtime::Handle,
+    calls: &Arc<CallLog>,
 ) -> Vec<FunctionRef> {
-    let r = Registrar { client, rt, daemon };
+    let r = Registrar {
+        client,
+        rt,
+        daemon,
+        calls,
+    };
     vec![
         r.register(
             "sandbox::create",

@@ -9,8 +9,12 @@
 //!   layer, never touched on the host. What pip installs lands in the
 //!   image's shared `/usr`, seen by every sandbox of the image, as on the
 //!   daemon. (`npm install -g` needs nothing: it writes under `/usr` too.)
-//! - The images' home directories exist (`/home/python-user/work`,
-//!   `/home/node/work`).
+//! - The images' users exist: `python-user` (uid 1000, gid 100, `users`)
+//!   and `node` (uid 1000, gid 1000), in `/etc/passwd` and `/etc/group` (the
+//!   host's, with these entries in place of any other uid 1000), and own
+//!   their home directories (`/home/python-user/work`, `/home/node/work`)
+//!   where the double maps guest users (`users`); like everything in the
+//!   image, those homes are shared by every sandbox of the image.
 //!
 //! What an exec sees otherwise follows the daemon, not the Dockerfiles: it
 //! runs as root in `/`, with the create env and a default `PATH` only (the
@@ -21,27 +25,90 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::image_layer::ImageLayer;
+use super::users::Mapping;
 
-/// The home directory each preset image's Dockerfile creates.
-fn home_of(image: &str) -> Option<&'static str> {
+/// The user a preset image's Dockerfile creates.
+struct ImageUser {
+    name: &'static str,
+    uid: u32,
+    gid: u32,
+    /// Its primary group, when the Dockerfile creates one (python's is
+    /// Debian's `users`).
+    group: &'static str,
+}
+
+fn user_of(image: &str) -> Option<ImageUser> {
     match image {
-        "python" => Some("python-user"),
-        "node" => Some("node"),
+        // useradd -m -s /bin/bash -N -u 1000 python-user (group 100)
+        "python" => Some(ImageUser {
+            name: "python-user",
+            uid: 1000,
+            gid: 100,
+            group: "users",
+        }),
+        // node:24-slim's node user
+        "node" => Some(ImageUser {
+            name: "node",
+            uid: 1000,
+            gid: 1000,
+            group: "node",
+        }),
         _ => None,
     }
 }
 
-/// Lays `image`'s preset contents into its fresh shared layer.
-pub(crate) fn apply(image: &str, layer: &ImageLayer) -> std::io::Result<()> {
-    if let (Some(user), Some(home)) = (home_of(image), layer.dir("home")) {
-        let work = home.upper.join(user).join("work");
-        std::fs::create_dir_all(&work)?;
-        for dir in [home.upper.join(user), work] {
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-        }
+/// Lays `image`'s preset contents into its fresh shared layer; `mapping`
+/// says whether files can belong to a guest user.
+pub(crate) fn apply(image: &str, layer: &ImageLayer, mapping: Mapping) -> std::io::Result<()> {
+    if let Some(user) = user_of(image) {
+        add_user(layer, &user, mapping)?;
     }
     if image == "python" {
         allow_pip(layer)?;
+    }
+    Ok(())
+}
+
+/// The user's `/etc/passwd` and `/etc/group` entries and its home, owned by
+/// it where the double maps guest users.
+fn add_user(layer: &ImageLayer, user: &ImageUser, mapping: Mapping) -> std::io::Result<()> {
+    if let Some(home) = layer.dir("home") {
+        let dir = home.upper.join(user.name);
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work)?;
+        for d in [&dir, &work] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+            if let (Some(uid), Some(gid)) = (mapping.host_id(user.uid), mapping.host_id(user.gid)) {
+                std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
+            }
+        }
+    }
+    let Some(etc) = layer.dir("etc") else {
+        return Ok(());
+    };
+    let entry = format!(
+        "{}:x:{}:{}::/home/{}:/bin/bash",
+        user.name, user.uid, user.gid, user.name
+    );
+    let group = format!("{}:x:{}:", user.group, user.gid);
+    for (file, line, name, id, id_field) in [
+        ("passwd", entry, user.name, user.uid, 2),
+        ("group", group, user.group, user.gid, 2),
+    ] {
+        let host = std::fs::read_to_string(Path::new("/etc").join(file)).unwrap_or_default();
+        let mut text: String = host
+            .lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                f.first() != Some(&name) && f.get(id_field) != Some(&id.to_string().as_str())
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text.push_str(&line);
+        text.push('\n');
+        let path = etc.upper.join(file);
+        std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
     }
     Ok(())
 }
@@ -109,7 +176,7 @@ mod tests {
     #[test]
     fn the_python_image_hides_the_pep_668_marker_and_has_its_home() {
         let t = TempLayer::new();
-        apply("python", &t.0).expect("preset");
+        apply("python", &t.0, Mapping::Single).expect("preset");
         assert!(t.0.lookup(Path::new("/home/python-user/work")).is_some());
         assert!(t.0.lookup(Path::new("/home/node")).is_none());
         for entry in std::fs::read_dir("/usr/lib")
@@ -136,7 +203,7 @@ mod tests {
     #[test]
     fn the_node_image_has_its_home_and_keeps_debians_python_as_it_is() {
         let t = TempLayer::new();
-        apply("node", &t.0).expect("preset");
+        apply("node", &t.0, Mapping::Single).expect("preset");
         assert!(t.0.lookup(Path::new("/home/node/work")).is_some());
         // node:24-slim's python3 is Debian's, marker included.
         for entry in std::fs::read_dir("/usr/lib")
@@ -146,6 +213,54 @@ mod tests {
             let marker = entry.path().join("EXTERNALLY-MANAGED");
             if marker.is_file() {
                 assert!(t.0.lookup(&marker).is_some(), "{}", marker.display());
+            }
+        }
+    }
+
+    #[test]
+    fn the_images_users_are_in_passwd_and_own_their_homes_where_ids_map() {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let mapping = if root {
+            Mapping::Range
+        } else {
+            Mapping::Single
+        };
+        for (image, line, group) in [
+            (
+                "python",
+                "python-user:x:1000:100::/home/python-user:/bin/bash",
+                "users:x:100:",
+            ),
+            (
+                "node",
+                "node:x:1000:1000::/home/node:/bin/bash",
+                "node:x:1000:",
+            ),
+        ] {
+            let t = TempLayer::new();
+            apply(image, &t.0, mapping).expect("preset");
+            let etc = &t.0.dir("etc").expect("etc").upper;
+            let passwd = std::fs::read_to_string(etc.join("passwd")).expect("passwd");
+            let uid_1000: Vec<&str> = passwd
+                .lines()
+                .filter(|l| l.split(':').nth(2) == Some("1000"))
+                .collect();
+            assert_eq!(uid_1000, [line], "{image}");
+            assert!(
+                passwd.lines().any(|l| l.starts_with("root:x:0:0:")),
+                "{image}"
+            );
+            let groups = std::fs::read_to_string(etc.join("group")).expect("group");
+            assert_eq!(groups.lines().filter(|l| *l == group).count(), 1, "{image}");
+            let user = line.split(':').next().unwrap();
+            let home = t.0.lookup(&Path::new("/home").join(user)).expect("home");
+            let meta = std::fs::metadata(home.path()).expect("stat");
+            if root {
+                let gid: u32 = line.split(':').nth(3).unwrap().parse().unwrap();
+                assert_eq!(meta.uid(), mapping.host_id(1000).unwrap(), "{image}");
+                assert_eq!(meta.gid(), mapping.host_id(gid).unwrap(), "{image}");
             }
         }
     }

@@ -51,6 +51,45 @@ pub(crate) struct Step {
     /// never turns one off.
     #[serde(default)]
     pub(crate) refine: BTreeMap<String, Value>,
+    /// A worker-specific floor (a profile value, [`crate::suite::target::FLOORS`])
+    /// that lengthens the step where the profile states it: a worker that
+    /// raises the small value a case configures to its floor is waited for,
+    /// never failed for the harness's impatience. No floor stated, no change.
+    #[serde(default)]
+    pub(crate) stretch: Option<Stretch>,
+}
+
+/// `stretch: {by: <floor>, eventually_ms: <per unit>, repeat: <per unit>}`:
+/// how much longer a step waits, or how many more times it runs, per unit
+/// of the floor the target's profile states.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Stretch {
+    /// The profile value, a number (`idle_ttl_floor_secs`).
+    pub(crate) by: String,
+    /// Milliseconds added to `eventually_ms` per unit of it.
+    #[serde(default)]
+    pub(crate) eventually_ms: u64,
+    /// Runs added to `repeat` per unit of it.
+    #[serde(default)]
+    pub(crate) repeat: u32,
+    /// The value the target states, once [`Step::stretched`] applied it.
+    #[serde(skip)]
+    pub(crate) stated: Option<f64>,
+}
+
+impl Stretch {
+    /// What a failure of the stretched step adds, so a worker with an
+    /// unstated floor learns where to state it.
+    pub(crate) fn note(&self) -> String {
+        match self.stated {
+            Some(v) => format!(" (stretched for the profile's {}: {v})", self.by),
+            None => format!(
+                " (the profile states no `{}`; a worker with such a floor states it there, and this step waits for it)",
+                self.by
+            ),
+        }
+    }
 }
 
 /// Environment control and probes. Each yields a JSON value that `expect`
@@ -221,6 +260,31 @@ impl Step {
         s
     }
 
+    /// This step (and its nested ones) lengthened by the floor its
+    /// `stretch` names, where `value` (the target's profile) states one.
+    pub(crate) fn stretched(&self, value: &dyn Fn(&str) -> Option<f64>) -> Step {
+        let mut s = self.clone();
+        if let Some(st) = &mut s.stretch {
+            st.stated = value(&st.by);
+            let units = st.stated.unwrap_or(0.0).max(0.0);
+            let grow = |per_unit: f64| (units * per_unit).ceil();
+            if let Some(ms) = &mut s.eventually_ms {
+                *ms += grow(st.eventually_ms as f64) as u64;
+            }
+            if let Some(times) = &mut s.repeat {
+                *times += grow(f64::from(st.repeat)) as u32;
+            }
+        }
+        if let Some(branches) = &mut s.parallel {
+            for b in branches.iter_mut() {
+                for step in b.iter_mut() {
+                    *step = step.stretched(value);
+                }
+            }
+        }
+        s
+    }
+
     /// A label for reports: the name, else the function or action.
     pub(crate) fn label(&self, index: usize) -> String {
         let what = if let Some(t) = &self.trigger {
@@ -295,6 +359,35 @@ mod tests {
             ]})),
             "a stated value adds its figure to the check"
         );
+    }
+
+    #[test]
+    fn a_stated_floor_stretches_the_wait_and_the_runs_and_no_floor_changes_nothing() {
+        let s = step(
+            "call: sandbox::list\neventually_ms: 20000\nrepeat: 5\nstretch: {by: idle_ttl_floor_secs, eventually_ms: 1000, repeat: 1}\n",
+        );
+        let floored = s.stretched(&|f| (f == "idle_ttl_floor_secs").then_some(30.0));
+        assert_eq!(floored.eventually_ms, Some(50_000));
+        assert_eq!(floored.repeat, Some(35));
+        assert!(floored.stretch.as_ref().unwrap().note().contains("30"));
+        for silent in [None, Some(0.0)] {
+            let same = s.stretched(&|_| silent);
+            assert_eq!((same.eventually_ms, same.repeat), (Some(20_000), Some(5)));
+        }
+        let unstated = s.stretched(&|_| None);
+        assert!(
+            unstated
+                .stretch
+                .unwrap()
+                .note()
+                .contains("states no `idle_ttl_floor_secs`"),
+            "an unstated floor says where to state it"
+        );
+        let nested = step(
+            "parallel:\n  - - call: sandbox::list\n      eventually_ms: 100\n      stretch: {by: f, eventually_ms: 10}\n",
+        )
+        .stretched(&|_| Some(2.5));
+        assert_eq!(nested.parallel.unwrap()[0][0].eventually_ms, Some(125));
     }
 
     #[test]

@@ -40,6 +40,26 @@ pub(super) fn validate_step(s: &Step, private: bool) -> Result<(), String> {
         Matcher::parse(&StandIn.fill(m), &Vars::new())
             .map_err(|e| format!("refine `{req}`: bad matcher: {e}"))?;
     }
+    if let Some(st) = &s.stretch {
+        if st.by.trim().is_empty() {
+            return Err("stretch: `by` names the profile value (a floor)".into());
+        }
+        if !super::super::target::is_floor(&st.by) {
+            return Err(format!(
+                "stretch: `{}` is not a worker-specific floor (target::FLOORS)",
+                st.by
+            ));
+        }
+        if st.eventually_ms == 0 && st.repeat == 0 {
+            return Err("stretch: says how much `eventually_ms` or `repeat` grows per unit".into());
+        }
+        if st.eventually_ms > 0 && s.eventually_ms.is_none() {
+            return Err("stretch: `eventually_ms` grows a wait the step lacks".into());
+        }
+        if st.repeat > 0 && s.repeat.is_none() {
+            return Err("stretch: `repeat` grows a repetition the step lacks".into());
+        }
+    }
     for p in s.capture.values() {
         if !(p.is_empty() || p.starts_with('/')) {
             return Err(format!("capture `{p}` is not a JSON pointer"));
@@ -74,6 +94,29 @@ pub(super) fn validate_step(s: &Step, private: bool) -> Result<(), String> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// A case that uses `${profile.<feature>}` requires the feature, so it is
+/// skipped, not failed, where the target's profile does not declare it.
+pub(super) fn profile_placeholders_required(case: &Case, text: &str) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(at) = rest.find("${profile.") {
+        let after = &rest[at + "${profile.".len()..];
+        let Some(end) = after.find('}') else {
+            return Err("unterminated `${profile.` placeholder".into());
+        };
+        let feature = &after[..end];
+        let required = case.requires.iter().any(|r| {
+            !r.starts_with('!') && super::super::target::requirement_feature(r) == feature
+        });
+        if !required {
+            return Err(format!(
+                "uses `${{profile.{feature}}}` but does not require `{feature}`: add it to `requires`"
+            ));
+        }
+        rest = &after[end..];
     }
     Ok(())
 }

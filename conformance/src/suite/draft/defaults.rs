@@ -82,11 +82,6 @@ pub(super) const SEED_DEFAULTS: &[(&str, &str, &str)] = &[
         "seed 000 Errors: invalid_request — id already taken",
     ),
     (
-        "idle_ttl_floor_secs",
-        "0",
-        "seed 000 documents no floor on idle_ttl_secs",
-    ),
-    (
         "inject_guidance_hook",
         "true",
         "seed 000 Configuration: inject_guidance (ON by default) appends the guidance via the harness pre-generate hook",

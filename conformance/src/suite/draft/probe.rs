@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::suite::errors::{classify, Observed};
 
+mod inventory;
 mod register;
 use register::registrations;
 
@@ -105,12 +106,17 @@ pub(crate) async fn probe(
         seen: Seen::new(),
     };
     surfaces(&mut p, present, listed).await;
-    if present.iter().any(|f| f == "run") {
+    let has = |f: &str| present.iter().any(|x| x == f);
+    if has("run") {
         runs(&mut p).await;
         kept(&mut p).await;
+        python_sdk_home(&mut p).await;
     }
-    if present.iter().any(|f| f == "register_function") {
+    if has("register_function") {
         registrations(&mut p).await;
+        if has("list_runtimes") {
+            inventory::inventory(&mut p).await;
+        }
     }
     p.seen
 }
@@ -137,14 +143,29 @@ async fn surfaces(p: &mut Prober<'_>, present: &[String], listed: &BTreeSet<Stri
             if middleware { "" } else { "not " }
         ),
     );
-    let stats = has("stats");
+    // `op_stats` is this worker's stats: its per-run SDK install counters.
+    let stats = match has("stats") {
+        false => None,
+        true => match p.call(&format!("{prefix}::stats"), json!({})).await {
+            Answer::Ok(v) => Some(
+                v.pointer("/run/sdk_pip_installs").is_some()
+                    && v.pointer("/python_sdk/pip_installs").is_some(),
+            ),
+            _ => Some(false),
+        },
+    };
     p.note(
         "op_stats",
-        Prober::yes_no(stats),
-        format!(
-            "{prefix}::stats is {}published",
-            if stats { "" } else { "not " }
-        ),
+        Prober::yes_no(stats == Some(true)),
+        match stats {
+            None => format!("{prefix}::stats is not published"),
+            Some(true) => format!(
+                "{prefix}::stats answers run.sdk_pip_installs and python_sdk.pip_installs"
+            ),
+            Some(false) => format!(
+                "{prefix}::stats is published but answers no run.sdk_pip_installs and python_sdk.pip_installs"
+            ),
+        },
     );
     let inventory = present.iter().any(|f| f == "list_runtimes");
     p.note(
@@ -201,6 +222,7 @@ async fn runs(p: &mut Prober<'_>) {
                 Prober::yes_no(v.get("result").is_some()),
                 "whether a python run's response carries `result`",
             );
+            response_fields(p, v);
             Some(true)
         }
         a if a.refused() => Some(false),
@@ -285,6 +307,69 @@ async fn runs(p: &mut Prober<'_>) {
             Prober::yes_no(over.refused()),
             "whether 1 MiB + 1 byte of code is refused",
         );
+    }
+}
+
+/// Whether a one-shot run answers exactly seed 000's fields.
+fn response_fields(p: &mut Prober<'_>, v: &Value) {
+    const SEED: [&str; 5] = ["stdout", "stderr", "exit_code", "success", "duration_ms"];
+    let Some(m) = v.as_object() else { return };
+    let extra: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !SEED.contains(k))
+        .collect();
+    let missing: Vec<&str> = SEED.into_iter().filter(|k| !m.contains_key(*k)).collect();
+    let how = if extra.is_empty() && missing.is_empty() {
+        "a one-shot run answers exactly stdout, stderr, exit_code, success, duration_ms".into()
+    } else {
+        format!(
+            "a one-shot run answers{}{}",
+            if extra.is_empty() {
+                String::new()
+            } else {
+                format!(" also {}", extra.join(", "))
+            },
+            if missing.is_empty() {
+                String::new()
+            } else {
+                format!(" without {}", missing.join(", "))
+            }
+        )
+    };
+    p.note(
+        "run_response_exact",
+        Prober::yes_no(extra.is_empty() && missing.is_empty()),
+        how,
+    );
+}
+
+/// Where python runs get the SDK from: a run that names `iii` (so a worker
+/// that installs it for such runs has done so) looks for the module on
+/// the interpreter's own path, its site-packages. Seed 000's pip install
+/// puts it there, in the image's rootfs that every sandbox of the image
+/// shares; a worker that keeps it in a private directory does not.
+async fn python_sdk_home(p: &mut Prober<'_>) {
+    let code = "import importlib.util\n# the iii SDK, where python finds it by itself\nprint(importlib.util.find_spec('iii') is not None)";
+    let answer = p
+        .target(
+            "run",
+            json!({"lang": "python", "code": code, "timeout_ms": 30000}),
+        )
+        .await;
+    let Answer::Ok(v) = answer else { return };
+    match v.get("stdout").and_then(Value::as_str) {
+        Some("True\n") => p.note(
+            "guest_sdk_private",
+            "false",
+            "a python run naming iii finds the SDK on the interpreter's own path (its site-packages)",
+        ),
+        Some("False\n") => p.note(
+            "guest_sdk_private",
+            "true",
+            "a python run naming iii finds no SDK on the interpreter's own path: the worker keeps it elsewhere",
+        ),
+        _ => {}
     }
 }
 

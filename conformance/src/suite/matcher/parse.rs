@@ -139,6 +139,9 @@ impl Matcher {
         if let Some(v) = one_key(m, "$nowhere") {
             return Ok(Matcher::Nowhere(Matcher::string(vars, v, path)?));
         }
+        if let Some(v) = one_key(m, "$somewhere") {
+            return Ok(Matcher::Somewhere(Box::new(sub(v, "$somewhere")?)));
+        }
         if let Some(v) = one_key(m, "$nowhere_regex") {
             return Ok(Matcher::NowhereRegex(Matcher::regex(vars, v, path)?));
         }
@@ -196,7 +199,8 @@ impl Matcher {
                         .as_bool()
                         .ok_or_else(|| spec_err(path, "$null_as_absent is a boolean"))?
                 }
-                other if other.starts_with('$') && body.is_none() => {
+                // `${…}` is a placeholder naming a field, not a matcher.
+                other if other.starts_with('$') && !other.starts_with("${") && body.is_none() => {
                     return Err(spec_err(
                         path,
                         format!("unknown matcher `{other}` (or it is mixed with other keys)"),

@@ -137,6 +137,15 @@ pub(super) fn read_capped(mut r: impl Read) -> Vec<u8> {
 /// PID 1 of the sandbox's namespaces, as a pidfd. hakoniwa's reaper forks it
 /// before `spawn` returns, so it is listed among the reaper's children.
 pub(super) fn find_init(outer: libc::pid_t) -> Option<OwnedFd> {
+    let pid = init_pid(outer)?;
+    let fd = pidfd_open(pid)?;
+    // The pidfd pins the process; confirm it is still the reaper's child
+    // (and not a recycled pid) before trusting it.
+    (parent_of(pid) == Some(outer)).then_some(fd)
+}
+
+/// The host pid of the sandbox's PID 1: hakoniwa's reaper's child.
+pub(super) fn init_pid(outer: libc::pid_t) -> Option<libc::pid_t> {
     let listed = std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))
         .ok()
         .and_then(|c| c.split_whitespace().next()?.parse::<libc::pid_t>().ok());
@@ -147,10 +156,7 @@ pub(super) fn find_init(outer: libc::pid_t) -> Option<OwnedFd> {
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
             .find(|p| parent_of(*p) == Some(outer))
     })?;
-    let fd = pidfd_open(pid)?;
-    // The pidfd pins the process; confirm it is still the reaper's child
-    // (and not a recycled pid) before trusting it.
-    (parent_of(pid) == Some(outer)).then_some(fd)
+    Some(pid)
 }
 
 /// Parent pid from `/proc/<pid>/stat` (after the `(comm)` field, which may

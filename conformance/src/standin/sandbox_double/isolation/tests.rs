@@ -187,3 +187,65 @@ fn layout_requires_usr_and_etc() {
     assert!(layout.lowered.iter().any(|n| n == "usr"));
     assert!(layout.lowered.iter().any(|n| n == "etc"));
 }
+
+/// As in the daemon's VMs, guest root can become the preset image's user
+/// (uid 1000, no way back), who cannot write the shared image but can use
+/// the sandbox's private /tmp and /dev/shm; guest root still writes the
+/// image. Host-side, the user's files belong to the id block, not to any
+/// host account.
+#[tokio::test]
+async fn guest_root_becomes_the_images_user_who_cannot_write_the_image() {
+    let iso = Isolation::new().expect("isolation");
+    iso.probe().await.expect("probe");
+    if let Some(why) = super::super::users::unmodelled() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let s = iso.scratch("python", Uuid::new_v4()).expect("scratch");
+    let vm = iso.boot(&s, false, None).await.expect("boot");
+    let tag = Uuid::new_v4().simple().to_string();
+    let script = format!(
+        r#"import os
+open('/usr/share/scr-root-{tag}', 'w').write('r')
+os.setgroups([]); os.setgid(100); os.setuid(1000)
+print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())
+for p in ['/usr/share/scr-user-{tag}', '/etc/scr-user-{tag}', '/usr/lib/python3/dist-packages/scr-{tag}.pth']:
+    try:
+        open(p, 'w')
+        print('wrote', p)
+    except PermissionError:
+        print('denied')
+open('/tmp/scr-user-{tag}', 'w').write('u')
+open('/dev/shm/scr-user-{tag}', 'w').write('u')
+try:
+    os.setuid(0)
+    print('root again')
+except PermissionError:
+    print('stays')
+"#
+    );
+    let spec = ExecSpec {
+        program: "/usr/bin/python3".into(),
+        argv: vec!["python3".into(), "-c".into(), script],
+        ..sh("")
+    };
+    let o = vm.spawn(&spec).expect("spawn").outcome().await;
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "1000 1000 100 []\ndenied\ndenied\ndenied\nstays\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let mine = std::fs::metadata(s.path().join(format!("tmp/scr-user-{tag}"))).expect("written");
+    assert_eq!(mine.uid(), super::super::users::HOST_ID_BASE + 1000);
+    let o = run(&vm, &format!("cat /usr/share/scr-root-{tag}")).await;
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "r",
+        "guest root wrote the image"
+    );
+    assert!(vm.kill_and_wait(Duration::from_secs(5)).await);
+    let _ = s.remove();
+    iso.discard_state();
+}
