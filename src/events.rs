@@ -171,7 +171,7 @@ fn table(t: &Table) -> std::sync::MutexGuard<'_, BTreeMap<String, Subscriber>> {
 pub struct Hub {
     bus: Weak<dyn Bus>,
     subscribers: Table,
-    dropped: Arc<AtomicU64>,
+    dropped: AtomicU64,
 }
 
 impl Hub {
@@ -179,7 +179,7 @@ impl Hub {
         Hub {
             bus: Arc::downgrade(bus),
             subscribers: Table::default(),
-            dropped: Arc::default(),
+            dropped: AtomicU64::new(0),
         }
     }
 

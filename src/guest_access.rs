@@ -110,6 +110,24 @@ struct Held {
     owner: Option<Lineage>,
 }
 
+/// The function id a hook's input names (empty when it names none).
+pub fn hook_function_id(input: &Value) -> &str {
+    input
+        .get("function_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Whether a hook's function lies in the namespace the guest's own
+/// namespace runtime serves (its auth context's `namespace`).
+fn in_own_namespace(input: &Value) -> bool {
+    let own = input
+        .get("context")
+        .and_then(|c| c.get("namespace"))
+        .and_then(Value::as_str);
+    own.is_some() && own == Some(policy::namespace_of(hook_function_id(input)))
+}
+
 /// The live tokens, and who owns which namespace. Cheap to share.
 #[derive(Default)]
 pub struct GuestTokens {
@@ -250,6 +268,26 @@ impl GuestTokens {
         }
     }
 
+    /// Whether an AuthInput carries a live token, or why not. Cheap:
+    /// `guest-auth` asks it before looking anything up on the engine.
+    pub fn check_token(&self, input: &Value) -> Result<(), GuestRefusal> {
+        self.grant(input).map(drop)
+    }
+
+    fn grant(&self, input: &Value) -> Result<Grant, GuestRefusal> {
+        let token = input
+            .get("query_params")
+            .and_then(|q| q.get("token"))
+            .and_then(Value::as_array)
+            .and_then(|v| v.first())
+            .and_then(Value::as_str)
+            .ok_or(GuestRefusal::NoToken)?;
+        lock(&self.live)
+            .get(token)
+            .cloned()
+            .ok_or(GuestRefusal::UnknownToken)
+    }
+
     /// The AuthResult for an AuthInput, or why the connection is refused.
     /// `engine_builtins` is what the live engine lists (every builtin not
     /// on the guest allowlist is forbidden, known or not).
@@ -258,17 +296,7 @@ impl GuestTokens {
         input: &Value,
         engine_builtins: &[String],
     ) -> Result<Value, GuestRefusal> {
-        let token = input
-            .get("query_params")
-            .and_then(|q| q.get("token"))
-            .and_then(Value::as_array)
-            .and_then(|v| v.first())
-            .and_then(Value::as_str)
-            .ok_or(GuestRefusal::NoToken)?;
-        let grant = lock(&self.live)
-            .get(token)
-            .cloned()
-            .ok_or(GuestRefusal::UnknownToken)?;
+        let grant = self.grant(input)?;
         let mut forbidden: Vec<String> = SANDBOX_CONTRACT
             .iter()
             .chain(INTERNAL_FUNCTIONS)
@@ -307,10 +335,6 @@ impl GuestTokens {
         })
     }
 
-    /// Who owns `ns` as far as this worker knows: the platform, a lineage
-    /// (its runtime or its claim), a trusted caller's runtime, or nobody
-    /// ([`NamespaceOwner::Free`]; the caller asks the bus whether another
-    /// worker serves it).
     /// Counts one more registration of `function_id` by `lineage`'s guests,
     /// unless they hold `limit` already: those admitted lately, and those
     /// the engine still lists (`listed`); one a closed connection took with
@@ -335,6 +359,10 @@ impl GuestTokens {
         Ok(())
     }
 
+    /// Who owns `ns` as far as this worker knows: the platform, a lineage
+    /// (its runtime or its claim), a trusted caller's runtime, or nobody
+    /// ([`NamespaceOwner::Free`]; the caller asks the bus whether another
+    /// worker serves it).
     pub fn owner_of(&self, ns: &str) -> NamespaceOwner {
         if policy::is_reserved(ns) {
             return NamespaceOwner::Reserved;
@@ -368,18 +396,8 @@ impl GuestTokens {
             .get("trigger_type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let own_namespace = input
-            .get("context")
-            .and_then(|c| c.get("namespace"))
-            .and_then(Value::as_str);
-        let target_ns = policy::namespace_of(
-            input
-                .get("function_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        );
         // A namespace runtime's guests act for its namespace.
-        let owner = if own_namespace == Some(target_ns) {
+        let owner = if in_own_namespace(input) {
             NamespaceOwner::Lineage(guest.lineage.clone())
         } else {
             owner.clone()
@@ -407,18 +425,9 @@ impl GuestTokens {
         owner: &NamespaceOwner,
     ) -> Result<Value, GuestRefusal> {
         let guest = GuestTokens::guest_of(input.get("context"))?;
-        let ns = policy::namespace_of(
-            input
-                .get("function_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        );
-        let own_namespace = input
-            .get("context")
-            .and_then(|c| c.get("namespace"))
-            .and_then(Value::as_str);
+        let ns = policy::namespace_of(hook_function_id(input));
         // A namespace runtime's guests may add ephemeral functions to it.
-        if own_namespace == Some(ns) && !policy::is_reserved(ns) {
+        if in_own_namespace(input) && !policy::is_reserved(ns) {
             return Ok(json!({}));
         }
         match policy::decide_registration(&guest.lineage, owner) {

@@ -8,13 +8,16 @@
 //! serves a namespace) and hands them to `guest_access`, which decides by
 //! `guest_policy`.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bus::{Bus, FunctionSpec, Handler};
-use crate::guest_access::{GuestRefusal, GuestTokens, GUEST_AUTH, GUEST_REGISTER, GUEST_TRIGGER};
+use crate::bus::{Bus, BusError, FunctionSpec, Handler};
+use crate::guest_access::{
+    hook_function_id, GuestRefusal, GuestTokens, GUEST_AUTH, GUEST_REGISTER, GUEST_TRIGGER,
+};
 use crate::guest_policy::{self as policy, NamespaceOwner};
 use crate::runtime::Manager;
 
@@ -49,17 +52,11 @@ impl EngineBuiltins {
         let Some(bus) = self.bus.upgrade() else {
             return Arc::default();
         };
-        let asked = bus
-            .call(
-                "engine::functions::list",
-                json!({"include_internal": true, "prefix": "engine::"}),
-                LOOKUP,
-            )
-            .await;
+        let asked = listed(bus.as_ref(), Some("engine::")).await;
         let mut cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
         match asked {
-            Ok(v) => {
-                let list = Arc::new(function_ids(&v, "engine::"));
+            Ok(ids) => {
+                let list = Arc::new(ids);
                 *cached = Some((Instant::now(), list.clone()));
                 list
             }
@@ -83,57 +80,47 @@ fn function_ids(list: &Value, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Who owns the namespace of `function_id`: what the worker records, and
-/// for a namespace it records nothing of, whether anything on the bus
-/// lives there (another worker's). A failed look-up counts as taken.
-async fn owner_of(m: &Manager, function_id: &str) -> NamespaceOwner {
-    let ns = policy::namespace_of(function_id);
-    let owner = m.guest_tokens().owner_of(ns);
-    if owner != NamespaceOwner::Free {
-        return owner;
+/// The function ids the engine lists, internals included (under `prefix`,
+/// when one is given).
+async fn listed(bus: &dyn Bus, prefix: Option<&str>) -> Result<Vec<String>, BusError> {
+    let mut ask = json!({"include_internal": true});
+    if let Some(p) = prefix {
+        ask["prefix"] = p.into();
     }
-    let prefix = format!("{ns}::");
-    let listed = m
-        .bus()
-        .call(
-            "engine::functions::list",
-            json!({"include_internal": true, "prefix": prefix}),
-            LOOKUP,
-        )
-        .await;
-    match listed {
-        Ok(v) if function_ids(&v, &prefix).is_empty() => NamespaceOwner::Free,
-        _ => NamespaceOwner::OtherWorker,
-    }
+    let answer = bus.call("engine::functions::list", ask, LOOKUP).await?;
+    Ok(function_ids(&answer, prefix.unwrap_or_default()))
 }
 
-/// Refuses a registration past `guest_max_registrations`, counted by
-/// `GuestTokens::count_registration` against what the engine lists now.
-async fn within_registrations(m: &Manager, input: &Value) -> Result<(), GuestRefusal> {
+/// The registration hook's facts, from one listing of the engine: who owns
+/// the namespace of the function (what the worker records; for a namespace
+/// it records nothing of, whether anything listed lives there, another
+/// worker's, a failed listing counting as taken), and whether the guest's
+/// lineage stays within `guest_max_registrations`
+/// (`GuestTokens::count_registration`, against what is listed now).
+async fn admit_registration(m: &Manager, input: &Value) -> Result<Value, GuestRefusal> {
     let guest = GuestTokens::guest_of(input.get("context"))?;
-    let listed = m
-        .bus()
-        .call(
-            "engine::functions::list",
-            json!({"include_internal": true}),
-            LOOKUP,
-        )
-        .await
-        .unwrap_or_default();
-    let listed: std::collections::HashSet<String> = function_ids(&listed, "").into_iter().collect();
+    let function_id = hook_function_id(input);
+    let listing = listed(m.bus().as_ref(), None).await.ok();
+    let ns = policy::namespace_of(function_id);
+    let owner = match m.guest_tokens().owner_of(ns) {
+        NamespaceOwner::Free => {
+            let prefix = format!("{ns}::");
+            match &listing {
+                Some(ids) if !ids.iter().any(|id| id.starts_with(&prefix)) => NamespaceOwner::Free,
+                _ => NamespaceOwner::OtherWorker,
+            }
+        }
+        owner => owner,
+    };
+    let admitted = m.guest_tokens().admit_registration(input, &owner)?;
+    let listed: HashSet<String> = listing.unwrap_or_default().into_iter().collect();
     m.guest_tokens().count_registration(
         &guest.lineage,
-        function_id_of(input),
+        function_id,
         &listed,
         m.config().guest_max_registrations,
-    )
-}
-
-fn function_id_of(input: &Value) -> &str {
-    input
-        .get("function_id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    )?;
+    Ok(admitted)
 }
 
 /// Publishes the three; they answer whether or not a guest listener is
@@ -149,7 +136,7 @@ pub fn publish(bus: &dyn Bus, manager: &Arc<Manager>) {
         let (tokens, builtins) = (tokens.clone(), builtins.clone());
         Box::pin(async move {
             // A forged or revoked token costs no look-up.
-            tokens.authenticate(&input, &[])?;
+            tokens.check_token(&input)?;
             let live = builtins.get().await;
             Ok(tokens.authenticate(&input, &live)?)
         })
@@ -166,10 +153,7 @@ pub fn publish(bus: &dyn Bus, manager: &Arc<Manager>) {
         let m = m.clone();
         Box::pin(async move {
             let m = m.upgrade().ok_or_else(stopping)?;
-            let owner = owner_of(&m, function_id_of(&input)).await;
-            let admitted = m.guest_tokens().admit_registration(&input, &owner)?;
-            within_registrations(&m, &input).await?;
-            Ok(admitted)
+            Ok(admit_registration(&m, &input).await?)
         })
     });
     bus.publish(
@@ -186,7 +170,7 @@ pub fn publish(bus: &dyn Bus, manager: &Arc<Manager>) {
             let m = m.upgrade().ok_or_else(stopping)?;
             let owner = m
                 .guest_tokens()
-                .owner_of(policy::namespace_of(function_id_of(&input)));
+                .owner_of(policy::namespace_of(hook_function_id(&input)));
             let hub = m.events().clone();
             Ok(m.guest_tokens().admit_trigger(
                 &input,

@@ -104,13 +104,18 @@ impl Manager {
         sandbox_id: String,
         line: Option<super::lifeline::Lifeline>,
     ) {
-        match (self.config.oneshot_stop, self.me.upgrade()) {
-            (OneshotStop::Background, Some(me)) => {
-                // The stop is the run's cost in calls, not in the caller's wait.
-                charge(1, 0);
-                tokio::spawn(async move { me.stop_vm(&sandbox_id).await });
-            }
+        match self.config.oneshot_stop {
+            OneshotStop::Background => self.stop_in_background(sandbox_id),
             _ => self.stop_until_gone(sandbox_id, line).await,
+        }
+    }
+
+    /// Stops a VM without waiting for it: the stop is the current
+    /// operation's cost in calls, not in its caller's wait.
+    pub(super) fn stop_in_background(&self, sandbox_id: String) {
+        if let Some(me) = self.me.upgrade() {
+            charge(1, 0);
+            tokio::spawn(async move { me.stop_vm(&sandbox_id).await });
         }
     }
 

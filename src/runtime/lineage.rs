@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use super::records::{Runtime, VmFate};
+use super::records::Runtime;
 use super::{lock, Manager};
-use crate::events::EventKind;
 use crate::tenancy::Lineage;
 
 impl Manager {
@@ -27,11 +26,8 @@ impl Manager {
             "a lineage ended; tearing down what its guest code left"
         );
         for rt in left {
-            let unregistered = self.forget(&rt, VmFate::Stopping);
-            self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
-            if let Some(me) = self.me.upgrade() {
-                tokio::spawn(async move { me.stop_vm(&rt.sandbox_id).await });
-            }
+            self.tear_down(&rt);
+            self.stop_in_background(rt.sandbox_id.clone());
         }
     }
 

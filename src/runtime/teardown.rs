@@ -57,6 +57,14 @@ impl Manager {
         fns
     }
 
+    /// Releases `rt` for a teardown (its VM is left stopping; the caller
+    /// stops it) and tells its subscribers; answers what it unregistered.
+    pub(super) fn tear_down(&self, rt: &Arc<Runtime>) -> Vec<String> {
+        let unregistered = self.forget(rt, VmFate::Stopping);
+        self.lifecycle_end(EventKind::RuntimeTornDown, rt, &unregistered);
+        unregistered
+    }
+
     pub(crate) async fn teardown_runtime(
         &self,
         id: &RuntimeId,
@@ -64,8 +72,7 @@ impl Manager {
         let rt = lock(&self.state)
             .runtime(id)
             .ok_or(TeardownError::UnknownRuntime)?;
-        let unregistered = self.forget(&rt, VmFate::Stopping);
-        self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &unregistered);
+        let unregistered = self.tear_down(&rt);
         self.stop_vm(&rt.sandbox_id).await;
         Ok(TeardownResponse {
             runtime_id: Some(id.expose().to_string()),
@@ -99,9 +106,7 @@ impl Manager {
         }
         let mut unregistered = BTreeSet::new();
         for rt in rts {
-            let fns = self.forget(&rt, VmFate::Stopping);
-            self.lifecycle_end(EventKind::RuntimeTornDown, &rt, &fns);
-            unregistered.extend(fns);
+            unregistered.extend(self.tear_down(&rt));
             self.stop_vm(&rt.sandbox_id).await;
         }
         Ok(TeardownResponse {
