@@ -12,19 +12,6 @@ use code_runner_conformance::suite::expectations::Verdict;
 use code_runner_conformance::suite::report::Report;
 use code_runner_conformance::suite::{run, Golden, Mode, SuiteOptions};
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let p = e.path();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 /// The step both cases time: a python run that sleeps 1.5 s, bound to 300 ms.
 const SLOW_STEP: &str = "steps:
   - trigger: run
@@ -39,7 +26,7 @@ const SLOW_STEP: &str = "steps:
 fn golden_with_slow_cases() -> PathBuf {
     let real = Golden::locate(None).unwrap();
     let dir = std::env::temp_dir().join(format!("suite-timing-{:08x}", rand::random::<u32>()));
-    copy_dir(&real.root, &dir);
+    common::copy_dir(&real.root, &dir);
     let head = |id: &str| {
         format!("id: {id}\nsince: 0.1.0\nlevel: recommended\nsummary: misses its bound.\nrequires: [python]\n")
     };

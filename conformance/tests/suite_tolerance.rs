@@ -12,32 +12,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use code_runner_conformance::suite::draft::KNOWN_FUNCTIONS;
 use code_runner_conformance::suite::expectations::Verdict;
 use code_runner_conformance::suite::target::Target;
 use code_runner_conformance::suite::{draft, run, Golden, Mode, SuiteOptions};
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let p = e.path();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
 /// A golden copy whose `ghost` target is ours plus a function `ghost-fn`
 /// the worker does not publish, and one case that needs it.
 fn ghost_golden() -> PathBuf {
     let real = Golden::locate(None).unwrap();
     let dir = std::env::temp_dir().join(format!("suite-ghost-{:08x}", rand::random::<u32>()));
-    copy_dir(&real.root, &dir);
+    common::copy_dir(&real.root, &dir);
     let target = std::fs::read_to_string(dir.join("targets/sandbox-code-runner.yaml"))
         .unwrap()
         .replace("name: sandbox-code-runner", "name: ghost")
@@ -47,7 +34,7 @@ fn ghost_golden() -> PathBuf {
         );
     assert!(target.contains("ghost-fn"), "the profile lists the ghost");
     std::fs::write(dir.join("targets/ghost.yaml"), target).unwrap();
-    copy_dir(
+    common::copy_dir(
         &dir.join("schemas/sandbox-code-runner"),
         &dir.join("schemas/ghost"),
     );
@@ -187,7 +174,7 @@ async fn a_new_target_without_schema_snapshots_skips_them_with_the_bless_instruc
     let (bench, mut w) = common::stack_with_our_worker("tolerance-test").await;
     let real = Golden::locate(None).unwrap();
     let dir = std::env::temp_dir().join(format!("suite-fresh-{:08x}", rand::random::<u32>()));
-    copy_dir(&real.root, &dir);
+    common::copy_dir(&real.root, &dir);
     let _ = std::fs::remove_dir_all(dir.join("schemas/fresh"));
     let target = std::fs::read_to_string(dir.join("targets/sandbox-code-runner.yaml"))
         .unwrap()

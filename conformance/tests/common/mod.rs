@@ -69,3 +69,17 @@ pub async fn whole_suite_without_surprises(mode: Mode) -> Report {
     );
     report
 }
+
+/// Copies the tree `from` into `to` (a private golden copy a test edits).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
