@@ -248,7 +248,7 @@ pub(crate) fn parse_frame(stdout: &str, secret: &str) -> Frame {
 }
 
 /// The daemon's own silent cut of each stream.
-pub(crate) const DAEMON_STREAM_CAP: usize = 1 << 20;
+pub(crate) const DAEMON_STREAM_CAP: usize = crate::daemon_limits::DAEMON.stream_cap_bytes.value;
 
 /// Caps one stream to `budget` bytes: the first 60% and the last 40% on
 /// UTF-8 boundaries, with one marker line between. `budget == 0` disables

@@ -6,6 +6,7 @@
 
 pub mod bus;
 pub mod config;
+mod daemon_limits;
 pub mod error;
 pub mod events;
 pub mod function_ids;
@@ -18,7 +19,6 @@ pub mod ids;
 pub mod metering;
 pub mod nodelay;
 mod notified;
-pub mod pool;
 pub mod prestart;
 pub mod python_sdk;
 pub mod runtime;

@@ -94,3 +94,15 @@ pub(crate) fn charge(calls: u64, bytes: u64) {
 pub async fn charged<F: std::future::Future>(to: Arc<OpTotals>, fut: F) -> F::Output {
     CHARGE_TO.scope(to, fut).await
 }
+
+/// The operation the current task is charged to, if any: what a VM lease
+/// keeps so work it spawns later is charged to the same operation.
+pub(crate) fn current() -> Option<Arc<OpTotals>> {
+    CHARGE_TO.try_with(Arc::clone).ok()
+}
+
+/// Charges a call (and planted bytes) to `to`, from outside its task.
+pub(crate) fn charge_to(to: &OpTotals, calls: u64, bytes: u64) {
+    to.calls.fetch_add(calls, Ordering::Relaxed);
+    to.bytes_planted.fetch_add(bytes, Ordering::Relaxed);
+}

@@ -1,7 +1,8 @@
 //! Pre-started interpreters, the guest side of them as the worker speaks
 //! it: the execs that start one, relay a call into one, or run a call cold
-//! and start one for the next; what a relay's verdict means; and which VM
-//! has one waiting (bookkeeping only; `runtime/ready` decides when).
+//! and start one for the next; and what a relay's verdict means. Which VM
+//! has one waiting is the VM table's (`runtime/vms`); `runtime/ready`
+//! decides when.
 //!
 //! A waiting interpreter has loaded its harness and the iii SDK module (when
 //! it is planted) but connected nothing and holds no token: it is started
@@ -12,9 +13,8 @@
 //! itself) drops to the guest user in the call's wrapper, before any guest
 //! code, so guest code can neither change nor signal what waits.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use crate::ids::Lang;
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
@@ -251,62 +251,6 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
             Verdict::Ran(out)
         }
         _ => Verdict::Ran(out),
-    }
-}
-
-/// What waits in a VM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Waiting {
-    pub(crate) generation: u64,
-    /// The guest SDK was planted after it started, so it lacks the module:
-    /// the next call replaces it.
-    pub(crate) stale: bool,
-}
-
-/// Which VMs have an interpreter waiting, and of which generation.
-#[derive(Default)]
-pub(crate) struct Ready {
-    waiting: Mutex<HashMap<String, Waiting>>,
-    generations: AtomicU64,
-}
-
-impl Ready {
-    /// A generation no VM has used.
-    pub(crate) fn next(&self) -> u64 {
-        self.generations.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// The interpreter waiting in `sandbox_id`, now the caller's.
-    pub(crate) fn take(&self, sandbox_id: &str) -> Option<Waiting> {
-        self.lock().remove(sandbox_id)
-    }
-
-    pub(crate) fn put(&self, sandbox_id: &str, generation: u64) {
-        let w = Waiting {
-            generation,
-            stale: false,
-        };
-        self.lock().insert(sandbox_id.to_string(), w);
-    }
-
-    /// The SDK just landed in `sandbox_id`: what waits there lacks it.
-    pub(crate) fn mark_stale(&self, sandbox_id: &str) {
-        if let Some(w) = self.lock().get_mut(sandbox_id) {
-            w.stale = true;
-        }
-    }
-
-    /// The VM stopped: what waited in it is gone with it.
-    pub(crate) fn forget(&self, sandbox_id: &str) {
-        self.lock().remove(sandbox_id);
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

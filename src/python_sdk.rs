@@ -37,8 +37,9 @@ pub(crate) const MAX_ARCHIVE_BYTES: usize = 32 << 20;
 /// daemon's 1 MiB stdout cut.
 pub(crate) const SLICE: usize = 720 * 1024;
 const _: () = assert!(SLICE % 3 == 0 && SLICE / 3 * 4 < guest::DAEMON_STREAM_CAP);
-/// Planted chunks written at once (the daemon runs 4 calls per sandbox).
-pub(crate) const PARALLEL_WRITES: usize = 4;
+/// Planted chunks written at once: as many calls as the daemon runs in
+/// one sandbox.
+pub(crate) const PARALLEL_WRITES: usize = crate::daemon_limits::DAEMON.max_execs_per_sandbox.value;
 pub(crate) const ARCHIVE_PATH: &str = "/tmp/.scr/sdk.tgz";
 pub(crate) const CHUNK_DIR: &str = "/tmp/.scr/sdk-chunks";
 

@@ -19,6 +19,10 @@ pub struct Stats {
     pub pool: Arc<OpTotals>,
     /// `list_runtimes`: one `sandbox::list` each.
     pub inventory: Arc<OpTotals>,
+    /// The boot's orphan sweep: one `sandbox::list`, a stop per orphan.
+    pub sweep: Arc<OpTotals>,
+    /// The shutdown: a stop per VM.
+    pub shutdown: Arc<OpTotals>,
 }
 
 impl Stats {
@@ -44,6 +48,8 @@ impl Stats {
             "handler_call": one(&self.handler_call),
             "pool": one(&self.pool),
             "inventory": one(&self.inventory),
+            "sweep": one(&self.sweep),
+            "shutdown": one(&self.shutdown),
         })
     }
 }

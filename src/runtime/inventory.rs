@@ -114,137 +114,130 @@ pub struct Inventory {
     pub totals: Value,
 }
 
-impl Manager {
-    fn entry(&self, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
-        let m = &rt.meta;
-        let mut functions: Vec<String> = lock(&rt.functions).keys().cloned().collect();
-        functions.sort();
-        let last = m.last_used_ms.load(Ordering::Relaxed);
-        let ttl = self.config.idle_ttl_secs;
-        RuntimeEntry {
-            handle: m.handle.clone(),
-            kind: if rt.namespace.is_some() {
-                RuntimeKind::Namespace
-            } else {
-                RuntimeKind::Kept
-            },
-            lang: rt.lang,
-            namespace: rt.namespace.as_ref().map(|n| n.canonical()),
-            functions,
-            created_at_ms: m.created_ms,
-            last_used_at_ms: last,
-            idle_ttl_secs: ttl,
-            reap_at_ms: last.saturating_add(ttl.saturating_mul(1000)),
-            executions: m.executions.load(Ordering::Relaxed),
-            exec_ms: (m.exec_us.load(Ordering::Relaxed) as f64 / 10.0).round() / 100.0,
-            vm,
-        }
+fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
+    let ttl = m.config.idle_ttl_secs;
+    let m = &rt.meta;
+    let mut functions: Vec<String> = lock(&rt.functions).keys().cloned().collect();
+    functions.sort();
+    let last = m.last_used_ms.load(Ordering::Relaxed);
+    RuntimeEntry {
+        handle: m.handle.clone(),
+        kind: if rt.namespace.is_some() {
+            RuntimeKind::Namespace
+        } else {
+            RuntimeKind::Kept
+        },
+        lang: rt.lang,
+        namespace: rt.namespace.as_ref().map(|n| n.canonical()),
+        functions,
+        created_at_ms: m.created_ms,
+        last_used_at_ms: last,
+        idle_ttl_secs: ttl,
+        reap_at_ms: last.saturating_add(ttl.saturating_mul(1000)),
+        executions: m.executions.load(Ordering::Relaxed),
+        exec_ms: (m.exec_us.load(Ordering::Relaxed) as f64 / 10.0).round() / 100.0,
+        vm,
     }
+}
 
-    /// The inventory: one `sandbox::list` at most, nothing else on the daemon.
-    pub async fn inventory(&self) -> Inventory {
-        let listed = self.list_vms().await;
-        let (alive, vm_check): (Option<HashSet<String>>, String) = match listed {
-            Ok(l) => (
-                Some(l.into_iter().map(|s| s.sandbox_id).collect()),
-                "ok".into(),
+/// The inventory: one `sandbox::list` at most, nothing else on the daemon.
+pub(super) async fn list(m: &Manager) -> Inventory {
+    let listed = m.vms.list().await;
+    let (alive, vm_check): (Option<HashSet<String>>, String) = match listed {
+        Ok(l) => (
+            Some(l.into_iter().map(|s| s.sandbox_id).collect()),
+            "ok".into(),
+        ),
+        Err(e) if e.is_not_installed() => (None, "iii-sandbox is not connected".into()),
+        Err(e) => (
+            None,
+            format!(
+                "sandbox::list failed: {}",
+                crate::error::redact_uuids(&e.to_string())
             ),
-            Err(e) if e.is_not_installed() => (None, "iii-sandbox is not connected".into()),
-            Err(e) => (
-                None,
-                format!(
-                    "sandbox::list failed: {}",
-                    crate::error::redact_uuids(&e.to_string())
-                ),
-            ),
-        };
-        let rts: Vec<std::sync::Arc<Runtime>> = lock(&self.state).runtimes();
-        let mut runtimes: Vec<RuntimeEntry> = rts
-            .iter()
-            .map(|rt| {
-                let vm = match &alive {
-                    None => Liveness::Unknown,
-                    Some(set) if set.contains(&rt.sandbox_id) => Liveness::Alive,
-                    Some(_) => Liveness::Gone,
-                };
-                self.entry(rt, vm)
+        ),
+    };
+    let rts: Vec<std::sync::Arc<Runtime>> = lock(&m.records).runtimes();
+    let mut runtimes: Vec<RuntimeEntry> = rts
+        .iter()
+        .map(|rt| {
+            let vm = match &alive {
+                None => Liveness::Unknown,
+                Some(set) if set.contains(rt.vm.sandbox_id().as_str()) => Liveness::Alive,
+                Some(_) => Liveness::Gone,
+            };
+            entry(m, rt, vm)
+        })
+        .collect();
+    runtimes.sort_by(|a, b| {
+        (
+            a.namespace.is_none(),
+            &a.namespace,
+            a.created_at_ms,
+            &a.handle,
+        )
+            .cmp(&(
+                b.namespace.is_none(),
+                &b.namespace,
+                b.created_at_ms,
+                &b.handle,
+            ))
+    });
+    let pool = [Lang::Node, Lang::Python]
+        .into_iter()
+        .map(|l| {
+            (l.as_str().to_string(), {
+                let (ready, warming) = m.vms.table().pool_counts(l);
+                PoolEntry {
+                    ready,
+                    warming,
+                    target: m.config.warm_pool,
+                }
             })
-            .collect();
-        runtimes.sort_by(|a, b| {
-            (
-                a.namespace.is_none(),
-                &a.namespace,
-                a.created_at_ms,
-                &a.handle,
-            )
-                .cmp(&(
-                    b.namespace.is_none(),
-                    &b.namespace,
-                    b.created_at_ms,
-                    &b.handle,
-                ))
-        });
-        let pool = [Lang::Node, Lang::Python]
-            .into_iter()
-            .map(|l| {
-                (
-                    l.as_str().to_string(),
-                    PoolEntry {
-                        ready: self.pool.ready(l),
-                        warming: self.pool.warming(l),
-                        target: self.config.warm_pool,
-                    },
-                )
-            })
-            .collect();
-        Inventory {
-            generated_at_ms: now_ms(),
-            runtimes,
-            vm_check,
-            pool,
-            totals: self.stats.to_json(),
-        }
+        })
+        .collect();
+    Inventory {
+        generated_at_ms: now_ms(),
+        runtimes,
+        vm_check,
+        pool,
+        totals: m.stats.to_json(),
     }
+}
 
-    /// Sends `kind` about `rt` to the lifecycle subscribers.
-    pub(super) fn lifecycle(&self, kind: EventKind, rt: &Runtime, function_id: Option<&str>) {
-        if self.events.subscriber_count() == 0 {
-            return;
-        }
-        let runtime = serde_json::to_value(self.entry(rt, Liveness::Unknown)).ok();
-        self.events.emit(Event {
-            event: kind,
-            at_ms: now_ms(),
-            runtime,
-            function_id: function_id.map(str::to_string),
-            swept: None,
-            owner: rt.owner.clone(),
-        });
+/// Sends `kind` about `rt` to the lifecycle subscribers.
+pub(super) fn lifecycle(m: &Manager, kind: EventKind, rt: &Runtime, function_id: Option<&str>) {
+    if m.events.subscriber_count() == 0 {
+        return;
     }
+    let runtime = serde_json::to_value(entry(m, rt, Liveness::Unknown)).ok();
+    m.events.emit(Event {
+        event: kind,
+        at_ms: now_ms(),
+        runtime,
+        function_id: function_id.map(str::to_string),
+        swept: None,
+        owner: rt.owner.clone(),
+    });
+}
 
-    /// A runtime left the worker: its functions' unregistrations, then `kind`.
-    pub(super) fn lifecycle_end(&self, kind: EventKind, rt: &Runtime, unregistered: &[String]) {
-        for f in unregistered {
-            self.lifecycle(EventKind::FunctionUnregistered, rt, Some(f));
-        }
-        self.lifecycle(kind, rt, None);
+/// A runtime left the worker: its functions' unregistrations, then `kind`.
+pub(super) fn lifecycle_end(m: &Manager, kind: EventKind, rt: &Runtime, unregistered: &[String]) {
+    for f in unregistered {
+        lifecycle(m, EventKind::FunctionUnregistered, rt, Some(f));
     }
+    lifecycle(m, kind, rt, None);
+}
 
-    pub(super) fn lifecycle_swept(&self, swept: usize) {
-        self.events.emit(Event {
-            event: EventKind::OrphansSwept,
-            at_ms: now_ms(),
-            runtime: None,
-            function_id: None,
-            swept: Some(swept),
-            owner: None,
-        });
-    }
-
-    /// The lifecycle subscribers (for the trigger-type provider).
-    pub fn events(&self) -> &std::sync::Arc<crate::events::Hub> {
-        &self.events
-    }
+pub(super) fn lifecycle_swept(m: &Manager, swept: usize) {
+    m.events.emit(Event {
+        event: EventKind::OrphansSwept,
+        at_ms: now_ms(),
+        runtime: None,
+        function_id: None,
+        swept: Some(swept),
+        owner: None,
+    });
 }
 
 /// Keeps an execution's duration on its runtime's record.

@@ -5,71 +5,61 @@
 use super::errors::{DaemonFailure, HandlerCallError};
 use super::failure::tail;
 use super::inventory;
-use super::ready::Then;
-use super::{lock, Manager};
+use super::ready::{self, Then};
+use super::run::for_runtime;
+use super::{lock, teardown, Manager};
 use crate::error::redact_uuids;
 use crate::guest::{self, Frame, InvokeMode};
 use crate::wire::HandlerPayload;
 use serde_json::Value;
 
-impl Manager {
-    /// One call of a published handler: a fresh interpreter in its runtime.
-    pub(crate) async fn invoke(
-        &self,
-        function_id: &str,
-        payload: HandlerPayload,
-    ) -> Result<Value, HandlerCallError> {
-        let rt = lock(&self.state)
-            .serving(function_id)
-            .ok_or(HandlerCallError::RuntimeGone)?;
-        let path = lock(&rt.functions)
-            .get(function_id)
-            .cloned()
-            .ok_or(HandlerCallError::Unregistered)?;
-        let budget = self.config.clamp_timeout(None);
-        let secret = guest::new_secret();
-        let slot = rt.slot.lock().await;
-        let timed = inventory::Timed::start(&rt.meta);
-        let out = self
-            .exec_call(
-                &rt.sandbox_id,
-                rt.lang,
-                Manager::for_runtime(
-                    &rt,
-                    guest::invoke_exec(
-                        rt.lang,
-                        function_id,
-                        &path,
-                        InvokeMode::Call,
-                        payload.value(),
-                        &secret,
-                        budget,
-                    ),
-                ),
-                Then::ServesAgain,
-            )
-            .await;
-        drop(timed);
-        drop(slot);
-        let out = match out {
-            Ok(o) => o,
-            Err(e) if e.is_gone() => {
-                self.expire(&rt);
-                return Err(HandlerCallError::Expired);
-            }
-            Err(e) => return Err(HandlerCallError::Exec(DaemonFailure::new(e, budget))),
-        };
-        let frame = guest::parse_frame(&out.stdout, &secret);
-        if !out.stderr.is_empty() {
-            tracing::debug!(function_id, output = %redact_uuids(&tail(&out.stderr, 4000)), "handler output");
+/// One call of a published handler: a fresh interpreter in its runtime.
+pub(super) async fn call(
+    m: &Manager,
+    function_id: &str,
+    payload: HandlerPayload,
+) -> Result<Value, HandlerCallError> {
+    let rt = lock(&m.records)
+        .serving(function_id)
+        .ok_or(HandlerCallError::RuntimeGone)?;
+    let path = lock(&rt.functions)
+        .get(function_id)
+        .cloned()
+        .ok_or(HandlerCallError::Unregistered)?;
+    let budget = m.config.clamp_timeout(None);
+    let secret = guest::new_secret();
+    let slot = rt.slot.lock().await;
+    let timed = inventory::Timed::start(&rt.meta);
+    let p = guest::invoke_exec(
+        rt.lang,
+        function_id,
+        &path,
+        InvokeMode::Call,
+        payload.value(),
+        &secret,
+        budget,
+    );
+    let out = ready::exec_call(m, &rt.vm, for_runtime(&rt, p), Then::ServesAgain).await;
+    drop(timed);
+    drop(slot);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.is_gone() => {
+            teardown::expire(m, &rt);
+            return Err(HandlerCallError::Expired);
         }
-        match frame {
-            Frame::Ok(v) => Ok(v),
-            Frame::Err { kind, message } => Err(HandlerCallError::Handler { kind, message }),
-            Frame::Missing => Err(HandlerCallError::NoResult {
-                exit_code: out.exit_code,
-                stderr: out.stderr,
-            }),
-        }
+        Err(e) => return Err(HandlerCallError::Exec(DaemonFailure::new(e, budget))),
+    };
+    let frame = guest::parse_frame(&out.stdout, &secret);
+    if !out.stderr.is_empty() {
+        tracing::debug!(function_id, output = %redact_uuids(&tail(&out.stderr, 4000)), "handler output");
+    }
+    match frame {
+        Frame::Ok(v) => Ok(v),
+        Frame::Err { kind, message } => Err(HandlerCallError::Handler { kind, message }),
+        Frame::Missing => Err(HandlerCallError::NoResult {
+            exit_code: out.exit_code,
+            stderr: out.stderr,
+        }),
     }
 }

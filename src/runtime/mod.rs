@@ -1,42 +1,43 @@
-//! The runtime manager's facade: the [`Manager`] type, its construction and
-//! its read-only accessors. Each operation lives in its own submodule.
+//! The runtime core: the [`Manager`] that holds the VM table, the runtime
+//! records and the settings, and the public face of its operations. Each
+//! operation is a plain function over those in its own file.
 //!
-//! - `records`: runtime records, the shared state, the transient ledger of
-//!   VMs no record holds yet, and VM naming.
-//! - `daemon`: every `sandbox::*` call, charged to the current operation.
-//! - `failure`: daemon outcomes mapped to [`WorkerError`]s.
-//! - `warm`: the warm-pool orchestration.
-//! - `sdk`: preparing the guest SDK in a VM.
-//! - `run`: the `run` operation.
-//! - `publish`: `register_function`, up to publishing the handler.
-//! - `invoke`: one call of a published handler.
+//! - `vms`: the table of every VM (one state each), `SandboxId`.
+//! - `lease`: `VmLease`, the only way to exec in or stop a VM; the one stop.
+//! - `daemon`: the one door to `sandbox::*`, every call charged.
+//! - `records`: runtime records; `VmNaming`.
+//! - `run`, `publish`, `invoke`, `teardown`, `inventory`, `sweep`,
+//!   `shutdown`: the operations.
+//! - `warm`: the warm pool's refills and hand-outs.
+//! - `ready`: the exec a call or run becomes (pre-started interpreters).
 //! - `lifeline`: one-shot stops that answer once the VM is gone.
-//! - `ready`: pre-started interpreters: the exec a call or run becomes.
-//! - `teardown`: teardown, expiry and the orphan sweep.
-//! - `inventory`: `list_runtimes` and lifecycle events.
-//! - `shutdown`: the bounded shutdown.
+//! - `lineage`: a lineage ends with its root.
+//! - `sdk`, `python_sdk`: the guest SDK in a VM.
+//! - `errors`, `failure`: one error per operation, daemon outcomes mapped.
 //!
 //! It speaks typed requests and typed errors; JSON and the wire envelope
 //! stay in `functions` and `wire`.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::events::Hub;
 use crate::guest_access::{GuestTokens, TokenLease};
-use crate::ids::{Lang, Namespace};
-use crate::pool::WarmPool;
-use crate::sandbox::SandboxApi;
-use crate::tenancy::{Admission, TenantLimits, Tenants};
+use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
+use crate::sandbox::{SandboxApi, SandboxError};
+use crate::tenancy::{Admission, Caller, TenantLimits, Tenants};
+use crate::wire::{HandlerPayload, RunResponse, TeardownResponse};
 
 mod daemon;
 mod errors;
 mod failure;
 mod inventory;
 mod invoke;
+mod lease;
 mod lifeline;
 mod lineage;
 mod publish;
@@ -46,7 +47,9 @@ mod records;
 mod run;
 mod sdk;
 mod shutdown;
+mod sweep;
 mod teardown;
+mod vms;
 mod warm;
 
 pub use crate::stats::Stats;
@@ -56,7 +59,8 @@ pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;
 pub use shutdown::ShutdownReport;
 
-use records::{NamespaceGate, State};
+use lease::Vms;
+use records::{NamespaceGate, Records};
 
 /// Largest `code` or `source` accepted.
 pub(crate) const MAX_SOURCE_BYTES: usize = 1 << 20;
@@ -65,17 +69,17 @@ pub(crate) const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// Functions one namespace runtime may publish.
 pub(crate) const MAX_FUNCTIONS_PER_RUNTIME: usize = 64;
 
-/// The manager. Cheap to share: everything lives behind `Arc`.
+/// The runtime core: the VM table, the runtime records, the settings, and
+/// the services operations share. Cheap to share: it lives behind `Arc`.
 pub struct Manager {
-    sandbox: Arc<dyn SandboxApi>,
+    /// Every VM this worker knows, and the door to the daemon.
+    vms: Arc<Vms>,
+    records: Mutex<Records>,
+    namespace_locks: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
     bus: Arc<dyn Bus>,
     config: Config,
     naming: VmNaming,
-    guest_engine_url: String,
-    state: Mutex<State>,
-    namespace_locks: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
     seq: AtomicU64,
-    pool: WarmPool,
     stats: Stats,
     /// Tokens of guests on the guest listener (`guest_url`).
     tokens: Arc<GuestTokens>,
@@ -84,10 +88,9 @@ pub struct Manager {
     /// Each guest tenant's budget of VMs.
     tenants: Arc<Tenants>,
     python_sdk: crate::python_sdk::PySdkCache,
-    /// The VMs with a pre-started interpreter waiting.
-    ready: crate::prestart::Ready,
-    /// One-shot stops in flight, and whether lifelines are in use.
-    lifelines: lifeline::Lifelines,
+    /// Set when the daemon refused a second exec in one sandbox (S003):
+    /// one-shot runs go without lifelines from then on.
+    lifelines_off: AtomicBool,
     me: Weak<Manager>,
 }
 
@@ -103,33 +106,148 @@ impl Manager {
         naming: VmNaming,
         guest_engine_url: String,
     ) -> Arc<Manager> {
-        let pool = WarmPool::new(config.warm_pool);
         let events = Arc::new(Hub::new(&bus));
         let tenants = Tenants::new(TenantLimits {
             max_concurrent_runs: config.guest_max_concurrent_runs,
             max_depth: config.guest_max_run_depth,
             max_guest_vms: config.guest_vm_ceiling(),
         });
+        for (name, source) in crate::daemon_limits::DAEMON.sources() {
+            tracing::debug!(
+                limit = name,
+                source,
+                "the daemon is assumed to have its default"
+            );
+        }
+        let daemon = daemon::Daemon::new(
+            sandbox,
+            naming.vm_name(),
+            config.idle_ttl_secs,
+            config.guest_url.clone().unwrap_or(guest_engine_url),
+        );
         Arc::new_cyclic(|me| Manager {
-            pool,
+            vms: Vms::new(daemon, config.warm_pool),
+            records: Mutex::new(Records::default()),
+            namespace_locks: Mutex::new(HashMap::new()),
             events,
             tenants,
             stats: Stats::default(),
             python_sdk: Default::default(),
-            ready: Default::default(),
-            lifelines: Default::default(),
-            sandbox,
+            lifelines_off: AtomicBool::new(false),
             bus,
             config,
             naming,
-            guest_engine_url,
-            state: Mutex::new(State::default()),
-            namespace_locks: Mutex::new(HashMap::new()),
             seq: AtomicU64::new(0),
             tokens: GuestTokens::new(),
             me: me.clone(),
         })
     }
+
+    // ---- the operations (each in its own file).
+
+    /// `run` without a runtime, from the main listener: one-shot, or keep.
+    pub async fn run_fresh(
+        &self,
+        lang: Lang,
+        code: &str,
+        keep: bool,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, RunError> {
+        run::fresh(self, &Caller::Trusted, lang, code, keep, timeout_ms).await
+    }
+
+    /// `run` without a runtime, for `caller` (see `run::fresh`).
+    pub async fn run_fresh_as(
+        &self,
+        caller: &Caller,
+        lang: Lang,
+        code: &str,
+        keep: bool,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, RunError> {
+        run::fresh(self, caller, lang, code, keep, timeout_ms).await
+    }
+
+    /// `run` in a kept runtime.
+    pub async fn run_in(
+        &self,
+        id: &RuntimeId,
+        lang: Option<Lang>,
+        code: &str,
+        timeout_ms: u64,
+    ) -> Result<RunResponse, RunError> {
+        run::in_runtime(self, id, lang, code, timeout_ms).await
+    }
+
+    /// `register_function` for `caller` (see `publish::register`).
+    pub async fn register_as(
+        &self,
+        caller: &Caller,
+        fid: FunctionId,
+        handler: Handler,
+        edge: HandlerEdge,
+    ) -> Result<(), RegisterError> {
+        publish::register(self, caller, fid, handler, edge).await
+    }
+
+    /// One call of a published handler.
+    pub(crate) async fn invoke(
+        &self,
+        function_id: &str,
+        payload: HandlerPayload,
+    ) -> Result<serde_json::Value, HandlerCallError> {
+        invoke::call(self, function_id, payload).await
+    }
+
+    pub(crate) async fn teardown_runtime(
+        &self,
+        id: &RuntimeId,
+    ) -> Result<TeardownResponse, TeardownError> {
+        teardown::runtime(self, id).await
+    }
+
+    /// Stops every runtime of `ns` for `caller` (see `teardown::namespace`).
+    pub(crate) async fn teardown_namespace_as(
+        &self,
+        caller: &Caller,
+        ns: &Namespace,
+    ) -> Result<TeardownResponse, TeardownError> {
+        teardown::namespace(self, caller, ns).await
+    }
+
+    /// The inventory: one `sandbox::list` at most, nothing else on the daemon.
+    pub async fn inventory(&self) -> Inventory {
+        inventory::list(self).await
+    }
+
+    /// Stops what a crashed predecessor of this owner left running.
+    pub async fn sweep_orphans(&self) -> Result<usize, SandboxError> {
+        sweep::orphans(self).await
+    }
+
+    /// Fills the warm pool at boot, and keeps it topped up.
+    pub fn start_pool(&self) {
+        warm::start(self);
+    }
+
+    /// Plants the archived python SDK in the pooled VMs that lack it.
+    pub(crate) fn plant_pooled(&self) {
+        warm::plant_pooled(self);
+    }
+
+    /// Stops every VM this worker owns and unpublishes every function,
+    /// within 30 s (see [`Manager::shutdown_within`]).
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(Duration::from_secs(30)).await
+    }
+
+    /// Stops every VM this worker owns and unpublishes every function, all
+    /// within `budget`. Never waits longer, even with the bus gone.
+    pub async fn shutdown_within(&self, budget: Duration) -> ShutdownReport {
+        shutdown::within(self, budget).await
+    }
+
+    // ---- read-only accessors.
 
     pub(crate) fn config(&self) -> &Config {
         &self.config
@@ -163,7 +281,7 @@ impl Manager {
 
     /// Whether `function_id` is one of the handlers this worker published.
     pub(crate) fn serves(&self, function_id: &str) -> bool {
-        lock(&self.state).serving(function_id).is_some()
+        lock(&self.records).serving(function_id).is_some()
     }
 
     /// The guest tenants' budgets.
@@ -181,23 +299,33 @@ impl Manager {
         &self.python_sdk
     }
 
+    /// The lifecycle subscribers (for the trigger-type provider).
+    pub fn events(&self) -> &Arc<Hub> {
+        &self.events
+    }
+
     /// Ready warm VMs of `lang`.
     pub fn pool_ready(&self, lang: Lang) -> usize {
-        self.pool.ready(lang)
+        self.vms.table().pool_counts(lang).0
     }
 
     /// Ready pooled python VMs that already hold the guest SDK.
     pub fn pool_ready_with_sdk(&self) -> usize {
-        self.pool.ready_with_sdk(Lang::Python)
+        self.vms.table().pooled_with_sdk(Lang::Python)
     }
 
     /// VMs with a pre-started interpreter waiting (for tests and stats).
     pub fn interpreters_waiting(&self) -> usize {
-        self.ready.len()
+        self.vms.table().waiting_count()
     }
 
     /// Number of live runtime records (for tests and metrics).
     pub fn runtime_count(&self) -> usize {
-        lock(&self.state).runtime_count()
+        lock(&self.records).runtime_count()
+    }
+
+    /// VMs in the table, in any state (for tests: what shutdown would walk).
+    pub fn vm_count(&self) -> usize {
+        self.vms.table().ids().len()
     }
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use base64::Engine as _;
 
+use super::lease::VmLease;
 use super::Manager;
 use crate::error::redact_uuids;
 use crate::guest;
@@ -45,312 +46,293 @@ enum Planted {
     Failed,
 }
 
-impl Manager {
-    /// Makes the PyPI iii-sdk importable in a python VM: from the worker's
-    /// archive when one fits, else by pip. `pristine`: no tenant code has run
-    /// in this VM, so what it installs may be archived for other VMs.
-    /// Only a VM that is gone is an error; any other failure leaves the
-    /// SDK absent and the guest's `iii` explains.
-    pub(crate) async fn prepare_python_sdk(
-        &self,
-        sandbox_id: &str,
-        pristine: bool,
-    ) -> Result<(), SandboxError> {
-        let cache = self.python_sdk();
-        cache.note_wanted();
-        let mut tried: Vec<String> = Vec::new();
-        if self.plant_cached(sandbox_id, &mut tried).await? {
-            return Ok(());
-        }
-        // Cold: one pristine VM at a time installs and archives; the others
-        // wait for its archive rather than each paying pip. A VM that cannot
-        // be archived only waits for a fill already under way.
-        let _gate = if pristine {
-            Some(cache.fill.lock().await)
-        } else {
-            if cache.fill.try_lock().is_err() {
-                drop(cache.fill.lock().await);
-            }
-            None
-        };
-        if self.plant_cached(sandbox_id, &mut tried).await? {
-            return Ok(());
-        }
-        if self.pip_install(sandbox_id).await? && pristine {
-            self.capture(sandbox_id).await?;
-        }
-        Ok(())
+/// Makes the PyPI iii-sdk importable in a python VM: from the worker's
+/// archive when one fits, else by pip. `pristine`: no tenant code has run
+/// in this VM, so what it installs may be archived for other VMs.
+/// Only a VM that is gone is an error; any other failure leaves the
+/// SDK absent and the guest's `iii` explains.
+pub(crate) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result<(), SandboxError> {
+    let cache = m.python_sdk();
+    cache.note_wanted();
+    let mut tried: Vec<String> = Vec::new();
+    if plant_cached(m, vm, &mut tried).await? {
+        return Ok(());
     }
-
-    /// Plants the worker's archive, if it has one and python runs use `iii`
-    /// lately, in a VM no tenant has used yet (a pooled VM). Never pip:
-    /// true when the SDK is in place.
-    pub(crate) async fn plant_archived_sdk(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
-        if !self.python_sdk().preplant_due(Instant::now()) {
-            return Ok(false);
+    // Cold: one pristine VM at a time installs and archives; the others
+    // wait for its archive rather than each paying pip. A VM that cannot
+    // be archived only waits for a fill already under way.
+    let _gate = if pristine {
+        Some(cache.fill.lock().await)
+    } else {
+        if cache.fill.try_lock().is_err() {
+            drop(cache.fill.lock().await);
         }
-        self.plant_cached(sandbox_id, &mut Vec::new()).await
+        None
+    };
+    if plant_cached(m, vm, &mut tried).await? {
+        return Ok(());
     }
-
-    /// Plants the newest archive not tried yet (and, when the VM's key
-    /// differs, the archive of its key). True when the SDK is in place.
-    async fn plant_cached(
-        &self,
-        sandbox_id: &str,
-        tried: &mut Vec<String>,
-    ) -> Result<bool, SandboxError> {
-        let cache = self.python_sdk();
-        let mut next = cache.newest();
-        while let Some(a) = next.take() {
-            if tried.contains(&a.sha256) {
-                return Ok(false);
-            }
-            tried.push(a.sha256.clone());
-            match self.plant(sandbox_id, &a).await? {
-                Planted::Installed => return Ok(true),
-                Planted::KeyDiffers(key) => {
-                    cache
-                        .counters
-                        .key_mismatches
-                        .fetch_add(1, Ordering::Relaxed);
-                    next = cache.by_key(&key);
-                }
-                Planted::Failed => return Ok(false),
-            }
-        }
-        Ok(false)
+    if pip_install(m, vm).await? && pristine {
+        capture(m, vm).await?;
     }
-
-    async fn plant(&self, sandbox_id: &str, a: &Archive) -> Result<Planted, SandboxError> {
-        let counters = &self.python_sdk().counters;
-        let start = Instant::now();
-        let pieces = match self.write_archive(sandbox_id, a).await {
-            Err(e) if e.is_gone() => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the python SDK archive failed; falling back to pip");
-                counters.plant_failures.fetch_add(1, Ordering::Relaxed);
-                return Ok(Planted::Failed);
-            }
-            Ok(pieces) => pieces,
-        };
-        let written = start.elapsed();
-        let n = pieces.to_string();
-        let out = self
-            .exec(
-                sandbox_id,
-                archive_exec(
-                    &["unpack", &a.key, &a.sha256, &n, CHUNK_DIR],
-                    self.config().sdk_install_timeout_ms,
-                ),
-            )
-            .await;
-        let planted = match out {
-            Err(e) if e.is_gone() => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %redact_uuids(&e.to_string()), "unpacking the python SDK archive failed; falling back to pip");
-                Planted::Failed
-            }
-            Ok(o) if o.exit_code == Some(0) => Planted::Installed,
-            Ok(o) if o.exit_code == Some(UNPACK_KEY_DIFFERS) => {
-                tracing::info!(
-                    vm_key = o.stdout.trim(),
-                    "this VM's python does not match the SDK archive"
-                );
-                Planted::KeyDiffers(o.stdout.trim().to_string())
-            }
-            Ok(o) => {
-                tracing::warn!(exit_code = ?o.exit_code, stderr = %tail(&o.stderr), "the python SDK archive was refused; falling back to pip");
-                Planted::Failed
-            }
-        };
-        tracing::debug!(
-            writes_ms = written.as_millis() as u64,
-            unpack_ms = (start.elapsed() - written).as_millis() as u64,
-            pieces,
-            "planted the python SDK archive"
-        );
-        match planted {
-            Planted::Installed => {
-                counters.plants.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .plant_nanos
-                    .fetch_add(nanos(start.elapsed()), Ordering::Relaxed);
-            }
-            Planted::Failed => {
-                counters.plant_failures.fetch_add(1, Ordering::Relaxed);
-            }
-            Planted::KeyDiffers(_) => {}
-        }
-        Ok(planted)
-    }
-
-    /// Writes the archive's text as `CHUNK_DIR/c0…`: whole through one data
-    /// channel, so no call payload (and no span of the daemon's) carries
-    /// megabytes; in [`SLICE`]-sized pieces inline on a bus without
-    /// channels. Answers how many pieces there are.
-    async fn write_archive(&self, sandbox_id: &str, a: &Archive) -> Result<usize, SandboxError> {
-        let whole = format!("{CHUNK_DIR}/c0");
-        if self
-            .write_streamed(sandbox_id, &whole, a.text.clone())
-            .await?
-            == Streamed::Written
-        {
-            return Ok(1);
-        }
-        let chunks = a.chunks();
-        let names: Vec<String> = (0..chunks.len())
-            .map(|i| format!("{CHUNK_DIR}/c{i}"))
-            .collect();
-        for (chunks, names) in chunks
-            .chunks(PARALLEL_WRITES)
-            .zip(names.chunks(PARALLEL_WRITES))
-        {
-            let batch = chunks
-                .iter()
-                .zip(names)
-                .map(|(c, name)| self.write_file(sandbox_id, name, c));
-            for w in futures_util::future::join_all(batch).await {
-                w?;
-            }
-        }
-        Ok(chunks.len())
-    }
-
-    /// The pip install, as its own exec with its own budget. True when the
-    /// SDK got installed.
-    async fn pip_install(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
-        let counters = &self.python_sdk().counters;
-        let start = Instant::now();
-        let out = self
-            .exec(
-                sandbox_id,
-                guest::python_sdk_install(self.config().sdk_install_timeout_ms),
-            )
-            .await;
-        let took = start.elapsed();
-        counters.pip_installs.fetch_add(1, Ordering::Relaxed);
-        counters.pip_nanos.fetch_add(nanos(took), Ordering::Relaxed);
-        charge_install(took);
-        let ok = match out {
-            Err(e) if e.is_gone() => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed");
-                false
-            }
-            Ok(o) if o.exit_code != Some(0) => {
-                tracing::warn!(
-                    exit_code = ?o.exit_code,
-                    stderr = %tail(&o.stderr),
-                    "installing the python SDK failed; `iii` will raise on first use"
-                );
-                false
-            }
-            Ok(_) => true,
-        };
-        if !ok {
-            counters.pip_failures.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(ok)
-    }
-
-    /// Packs the SDK just installed in a pristine VM and keeps it.
-    async fn capture(&self, sandbox_id: &str) -> Result<(), SandboxError> {
-        let cache = self.python_sdk();
-        let start = Instant::now();
-        let got = self.read_archive(sandbox_id).await;
-        match got {
-            Err(e) if e.is_gone() => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %redact_uuids(&e.to_string()), "archiving the python SDK failed; the next VM installs it again");
-                cache
-                    .counters
-                    .capture_failures
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(None) => {
-                cache
-                    .counters
-                    .capture_failures
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Some(a)) => {
-                tracing::info!(bytes = a.size, key = %a.key, "python SDK archived for later VMs");
-                cache.insert(a);
-                cache.counters.captures.fetch_add(1, Ordering::Relaxed);
-                self.plant_pooled();
-                cache
-                    .counters
-                    .capture_nanos
-                    .fetch_add(nanos(start.elapsed()), Ordering::Relaxed);
-            }
-        }
-        Ok(())
-    }
-
-    async fn read_archive(&self, sandbox_id: &str) -> Result<Option<Archive>, SandboxError> {
-        let budget = self.config().sdk_install_timeout_ms;
-        let packed = self
-            .exec(sandbox_id, archive_exec(&["pack", ARCHIVE_PATH], budget))
-            .await?;
-        let Some((key, size, sha256)) = parse_packed(&packed) else {
-            tracing::warn!(exit_code = ?packed.exit_code, stderr = %tail(&packed.stderr), "packing the python SDK failed");
-            return Ok(None);
-        };
-        if size > MAX_ARCHIVE_BYTES {
-            tracing::warn!(
-                size,
-                "the python SDK archive is over the cache bound; not kept"
-            );
-            return Ok(None);
-        }
-        let bytes = match self.read_streamed(sandbox_id, ARCHIVE_PATH, size).await {
-            Ok(Some(bytes)) => bytes,
-            Err(e) if e.is_gone() => return Err(e),
-            Ok(None) | Err(_) => match self.read_archive_slices(sandbox_id, size).await? {
-                Some(bytes) => bytes,
-                None => return Ok(None),
-            },
-        };
-        if bytes.len() != size || hex_sha256(&bytes) != sha256 {
-            tracing::warn!("the python SDK archive read out does not match its digest; not kept");
-            return Ok(None);
-        }
-        Ok(Some(Archive {
-            key,
-            sha256,
-            size,
-            text: Arc::from(base64::engine::general_purpose::STANDARD.encode(&bytes)),
-        }))
-    }
+    Ok(())
 }
 
-impl Manager {
-    /// The archive read out through exec stdout in [`SLICE`]s under the
-    /// daemon's 1 MiB cut, for a bus without data channels (each slice
-    /// then sits in the daemon's exec span).
-    async fn read_archive_slices(
-        &self,
-        sandbox_id: &str,
-        size: usize,
-    ) -> Result<Option<Vec<u8>>, SandboxError> {
-        let budget = self.config().sdk_install_timeout_ms;
-        let mut bytes = Vec::with_capacity(size);
-        let len = SLICE.to_string();
-        for off in (0..size).step_by(SLICE) {
-            let out = self
-                .exec(
-                    sandbox_id,
-                    archive_exec(&["read", ARCHIVE_PATH, &off.to_string(), &len], budget),
-                )
-                .await?;
-            let Ok(slice) = base64::engine::general_purpose::STANDARD.decode(out.stdout.trim())
-            else {
-                return Ok(None);
-            };
-            bytes.extend_from_slice(&slice);
-        }
-        Ok(Some(bytes))
+/// Plants the worker's archive, if it has one and python runs use `iii`
+/// lately, in a VM no tenant has used yet (a pooled VM). Never pip:
+/// true when the SDK is in place.
+pub(crate) async fn plant_archived(m: &Manager, vm: &VmLease) -> Result<bool, SandboxError> {
+    if !m.python_sdk().preplant_due(Instant::now()) {
+        return Ok(false);
     }
+    plant_cached(m, vm, &mut Vec::new()).await
+}
+
+/// Plants the newest archive not tried yet (and, when the VM's key
+/// differs, the archive of its key). True when the SDK is in place.
+async fn plant_cached(
+    m: &Manager,
+    vm: &VmLease,
+    tried: &mut Vec<String>,
+) -> Result<bool, SandboxError> {
+    let cache = m.python_sdk();
+    let mut next = cache.newest();
+    while let Some(a) = next.take() {
+        if tried.contains(&a.sha256) {
+            return Ok(false);
+        }
+        tried.push(a.sha256.clone());
+        match plant(m, vm, &a).await? {
+            Planted::Installed => return Ok(true),
+            Planted::KeyDiffers(key) => {
+                cache
+                    .counters
+                    .key_mismatches
+                    .fetch_add(1, Ordering::Relaxed);
+                next = cache.by_key(&key);
+            }
+            Planted::Failed => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
+async fn plant(m: &Manager, vm: &VmLease, a: &Archive) -> Result<Planted, SandboxError> {
+    let counters = &m.python_sdk().counters;
+    let start = Instant::now();
+    let pieces = match write_archive(vm, a).await {
+        Err(e) if e.is_gone() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %redact_uuids(&e.to_string()), "planting the python SDK archive failed; falling back to pip");
+            counters.plant_failures.fetch_add(1, Ordering::Relaxed);
+            return Ok(Planted::Failed);
+        }
+        Ok(pieces) => pieces,
+    };
+    let written = start.elapsed();
+    let n = pieces.to_string();
+    let out = vm
+        .exec(archive_exec(
+            &["unpack", &a.key, &a.sha256, &n, CHUNK_DIR],
+            m.config().sdk_install_timeout_ms,
+        ))
+        .await;
+    let planted = match out {
+        Err(e) if e.is_gone() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %redact_uuids(&e.to_string()), "unpacking the python SDK archive failed; falling back to pip");
+            Planted::Failed
+        }
+        Ok(o) if o.exit_code == Some(0) => Planted::Installed,
+        Ok(o) if o.exit_code == Some(UNPACK_KEY_DIFFERS) => {
+            tracing::info!(
+                vm_key = o.stdout.trim(),
+                "this VM's python does not match the SDK archive"
+            );
+            Planted::KeyDiffers(o.stdout.trim().to_string())
+        }
+        Ok(o) => {
+            tracing::warn!(exit_code = ?o.exit_code, stderr = %tail(&o.stderr), "the python SDK archive was refused; falling back to pip");
+            Planted::Failed
+        }
+    };
+    tracing::debug!(
+        writes_ms = written.as_millis() as u64,
+        unpack_ms = (start.elapsed() - written).as_millis() as u64,
+        pieces,
+        "planted the python SDK archive"
+    );
+    match planted {
+        Planted::Installed => {
+            counters.plants.fetch_add(1, Ordering::Relaxed);
+            counters
+                .plant_nanos
+                .fetch_add(nanos(start.elapsed()), Ordering::Relaxed);
+        }
+        Planted::Failed => {
+            counters.plant_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        Planted::KeyDiffers(_) => {}
+    }
+    Ok(planted)
+}
+
+/// Writes the archive's text as `CHUNK_DIR/c0…`: whole through one data
+/// channel, so no call payload (and no span of the daemon's) carries
+/// megabytes; in [`SLICE`]-sized pieces inline on a bus without
+/// channels. Answers how many pieces there are.
+async fn write_archive(vm: &VmLease, a: &Archive) -> Result<usize, SandboxError> {
+    let whole = format!("{CHUNK_DIR}/c0");
+    if vm.write_streamed(&whole, a.text.clone()).await? == Streamed::Written {
+        return Ok(1);
+    }
+    let chunks = a.chunks();
+    let names: Vec<String> = (0..chunks.len())
+        .map(|i| format!("{CHUNK_DIR}/c{i}"))
+        .collect();
+    for (chunks, names) in chunks
+        .chunks(PARALLEL_WRITES)
+        .zip(names.chunks(PARALLEL_WRITES))
+    {
+        let batch = chunks
+            .iter()
+            .zip(names)
+            .map(|(c, name)| vm.write_file(name, c));
+        for w in futures_util::future::join_all(batch).await {
+            w?;
+        }
+    }
+    Ok(chunks.len())
+}
+
+/// The pip install, as its own exec with its own budget. True when the
+/// SDK got installed.
+async fn pip_install(m: &Manager, vm: &VmLease) -> Result<bool, SandboxError> {
+    let counters = &m.python_sdk().counters;
+    let start = Instant::now();
+    let out = vm
+        .exec(guest::python_sdk_install(m.config().sdk_install_timeout_ms))
+        .await;
+    let took = start.elapsed();
+    counters.pip_installs.fetch_add(1, Ordering::Relaxed);
+    counters.pip_nanos.fetch_add(nanos(took), Ordering::Relaxed);
+    charge_install(took);
+    let ok = match out {
+        Err(e) if e.is_gone() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %redact_uuids(&e.to_string()), "installing the python SDK failed");
+            false
+        }
+        Ok(o) if o.exit_code != Some(0) => {
+            tracing::warn!(
+                exit_code = ?o.exit_code,
+                stderr = %tail(&o.stderr),
+                "installing the python SDK failed; `iii` will raise on first use"
+            );
+            false
+        }
+        Ok(_) => true,
+    };
+    if !ok {
+        counters.pip_failures.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(ok)
+}
+
+/// Packs the SDK just installed in a pristine VM and keeps it.
+async fn capture(m: &Manager, vm: &VmLease) -> Result<(), SandboxError> {
+    let cache = m.python_sdk();
+    let start = Instant::now();
+    let got = read_archive(m, vm).await;
+    match got {
+        Err(e) if e.is_gone() => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %redact_uuids(&e.to_string()), "archiving the python SDK failed; the next VM installs it again");
+            cache
+                .counters
+                .capture_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(None) => {
+            cache
+                .counters
+                .capture_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Some(a)) => {
+            tracing::info!(bytes = a.size, key = %a.key, "python SDK archived for later VMs");
+            cache.insert(a);
+            cache.counters.captures.fetch_add(1, Ordering::Relaxed);
+            m.plant_pooled();
+            cache
+                .counters
+                .capture_nanos
+                .fetch_add(nanos(start.elapsed()), Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+async fn read_archive(m: &Manager, vm: &VmLease) -> Result<Option<Archive>, SandboxError> {
+    let budget = m.config().sdk_install_timeout_ms;
+    let packed = vm
+        .exec(archive_exec(&["pack", ARCHIVE_PATH], budget))
+        .await?;
+    let Some((key, size, sha256)) = parse_packed(&packed) else {
+        tracing::warn!(exit_code = ?packed.exit_code, stderr = %tail(&packed.stderr), "packing the python SDK failed");
+        return Ok(None);
+    };
+    if size > MAX_ARCHIVE_BYTES {
+        tracing::warn!(
+            size,
+            "the python SDK archive is over the cache bound; not kept"
+        );
+        return Ok(None);
+    }
+    let bytes = match vm.read_streamed(ARCHIVE_PATH, size).await {
+        Ok(Some(bytes)) => bytes,
+        Err(e) if e.is_gone() => return Err(e),
+        Ok(None) | Err(_) => match read_archive_slices(m, vm, size).await? {
+            Some(bytes) => bytes,
+            None => return Ok(None),
+        },
+    };
+    if bytes.len() != size || hex_sha256(&bytes) != sha256 {
+        tracing::warn!("the python SDK archive read out does not match its digest; not kept");
+        return Ok(None);
+    }
+    Ok(Some(Archive {
+        key,
+        sha256,
+        size,
+        text: Arc::from(base64::engine::general_purpose::STANDARD.encode(&bytes)),
+    }))
+}
+
+/// The archive read out through exec stdout in [`SLICE`]s under the
+/// daemon's 1 MiB cut, for a bus without data channels (each slice
+/// then sits in the daemon's exec span).
+async fn read_archive_slices(
+    m: &Manager,
+    vm: &VmLease,
+    size: usize,
+) -> Result<Option<Vec<u8>>, SandboxError> {
+    let budget = m.config().sdk_install_timeout_ms;
+    let mut bytes = Vec::with_capacity(size);
+    let len = SLICE.to_string();
+    for off in (0..size).step_by(SLICE) {
+        let out = vm
+            .exec(archive_exec(
+                &["read", ARCHIVE_PATH, &off.to_string(), &len],
+                budget,
+            ))
+            .await?;
+        let Ok(slice) = base64::engine::general_purpose::STANDARD.decode(out.stdout.trim()) else {
+            return Ok(None);
+        };
+        bytes.extend_from_slice(&slice);
+    }
+    Ok(Some(bytes))
 }
 
 fn tail(s: &str) -> String {

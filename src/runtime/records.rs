@@ -1,6 +1,6 @@
-//! Runtime records and the manager's shared state: which VMs this worker
-//! holds, for whom, and under which name, so shutdown and the orphan sweep
-//! are complete.
+//! Runtime records: which runtime serves which namespace and function, for
+//! whom; and the name this worker's VMs carry, so the orphan sweep finds a
+//! predecessor's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -10,31 +10,17 @@ use crate::ids::{Lang, Namespace, RuntimeId};
 use crate::tenancy::{Admission, Lineage, Permit, RunPermit};
 
 use super::inventory;
-
-/// Whether the guest SDK is in a runtime yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SdkState {
-    Absent,
-    /// Planted or installed (or tried and failed: the wrapper then raises a
-    /// clear "not installed" error on first use, and we do not retry per call).
-    Prepared,
-}
-
-/// What only the holder of a runtime's exec slot may touch.
-pub(super) struct Slot {
-    pub(super) sdk: SdkState,
-    /// No tenant code has run in the VM yet: what it installs may be archived.
-    pub(super) pristine: bool,
-}
+use super::lease::VmLease;
 
 /// One VM that outlives a call: a kept run's, or a namespace's.
 pub(super) struct Runtime {
     pub(super) id: RuntimeId,
-    pub(super) sandbox_id: String,
+    /// Its VM: the record is the lease's one holder.
+    pub(super) vm: VmLease,
     pub(super) lang: Lang,
     pub(super) namespace: Option<Namespace>,
     /// One exec at a time: the VM's single slot.
-    pub(super) slot: tokio::sync::Mutex<Slot>,
+    pub(super) slot: tokio::sync::Mutex<()>,
     /// Published function id → module path inside the VM.
     pub(super) functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
@@ -46,7 +32,7 @@ pub(super) struct Runtime {
     pub(super) permit: Mutex<Option<RunPermit>>,
     /// The lineage its guests belong to.
     pub(super) lineage: Lineage,
-    /// Set by the first `forget`: a runtime leaves the ledger once, however
+    /// Set by the first `forget`: a runtime leaves the records once, however
     /// many paths (teardown, expiry, its lineage's end, shutdown) race.
     pub(super) forgotten: std::sync::atomic::AtomicBool,
     /// For a trusted caller's runtime: its lineage's life (see
@@ -57,24 +43,21 @@ pub(super) struct Runtime {
 }
 
 impl Runtime {
+    /// A record holding `vm` from now on.
     pub(super) fn new(
         id: RuntimeId,
-        sandbox_id: String,
-        lang: Lang,
+        vm: VmLease,
         namespace: Option<Namespace>,
-        sdk: SdkState,
         token: Option<TokenLease>,
         admitted: Admission,
     ) -> Arc<Runtime> {
-        // A namespace VM runs tenant code only once a handler is checked;
-        // a kept VM already ran its first run.
-        let pristine = namespace.is_some();
+        vm.back_a_runtime();
         Arc::new(Runtime {
             id,
-            sandbox_id,
-            lang,
+            lang: vm.lang(),
+            vm,
             namespace,
-            slot: tokio::sync::Mutex::new(Slot { sdk, pristine }),
+            slot: tokio::sync::Mutex::new(()),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
             owner: admitted.owner,
@@ -97,60 +80,30 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// Everything the manager holds, behind one lock: the ledger of this
-/// worker's VMs. Its fields are private and every move is a method, so
-/// every VM the worker created and the daemon has not confirmed gone is in
-/// exactly one place at every instant: a runtime record, or the transient
-/// ledger (calls in flight that no record holds yet, and VMs being
-/// stopped). The warm pool's VMs are the pool's; they move into the ledger
-/// under this lock ([`State::track`]).
+/// The runtime records, behind one lock: which runtime serves which
+/// namespace and function. VMs are the VM table's (`vms`); a record holds
+/// its VM's lease.
 #[derive(Default)]
-pub(super) struct State {
+pub(super) struct Records {
     runtimes: HashMap<RuntimeId, Arc<Runtime>>,
     namespaces: HashMap<(Namespace, Lang), RuntimeId>,
     /// Published function id → the runtime serving it.
     functions: HashMap<String, RuntimeId>,
     /// Function ids mid-registration, so two registrations cannot both win.
     reserved: HashSet<String>,
-    /// The transient ledger.
-    transient: HashSet<String>,
 }
 
-/// What becomes of a released runtime's VM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum VmFate {
-    /// It is about to be stopped: it stays in the transient ledger until
-    /// the stop has finished ([`State::gone`]), so a shutdown meanwhile
-    /// still sees it.
-    Stopping,
-    /// The daemon already dropped it (reaped).
-    Gone,
-}
-
-impl State {
-    /// A VM no record holds: just created for a call, taken from the pool,
-    /// or about to be stopped.
-    pub(super) fn track(&mut self, sandbox_id: &str) {
-        self.transient.insert(sandbox_id.to_string());
-    }
-
-    /// The daemon confirmed the VM gone (stopped or reaped).
-    pub(super) fn gone(&mut self, sandbox_id: &str) {
-        self.transient.remove(sandbox_id);
-    }
-
-    /// A tracked VM becomes `rt`'s, and its namespace's when it serves one.
+impl Records {
+    /// `rt` is live, and its namespace's when it serves one.
     pub(super) fn adopt(&mut self, rt: Arc<Runtime>) {
-        self.transient.remove(&rt.sandbox_id);
         if let Some(ns) = &rt.namespace {
             self.namespaces.insert((ns.clone(), rt.lang), rt.id.clone());
         }
         self.runtimes.insert(rt.id.clone(), rt);
     }
 
-    /// Drops `rt`'s record and its functions (`fns`); its VM goes back to
-    /// the transient ledger unless the daemon already dropped it.
-    pub(super) fn release(&mut self, rt: &Runtime, fns: &[String], fate: VmFate) {
+    /// Drops `rt`'s record and its functions (`fns`).
+    pub(super) fn release(&mut self, rt: &Runtime, fns: &[String]) {
         if self.runtimes.remove(&rt.id).is_none() {
             return;
         }
@@ -162,9 +115,6 @@ impl State {
         }
         for f in fns {
             self.functions.remove(f);
-        }
-        if fate == VmFate::Stopping {
-            self.transient.insert(rt.sandbox_id.clone());
         }
     }
 
@@ -220,22 +170,6 @@ impl State {
         self.functions
             .insert(function_id.to_string(), rt.id.clone());
     }
-
-    /// The VMs of the transient ledger.
-    pub(super) fn tracked(&self) -> Vec<String> {
-        self.transient.iter().cloned().collect()
-    }
-
-    /// In how many places of the ledger `sandbox_id` is (0 or 1, by
-    /// construction).
-    #[cfg(test)]
-    pub(super) fn places(&self, sandbox_id: &str) -> usize {
-        self.runtimes
-            .values()
-            .filter(|rt| rt.sandbox_id == sandbox_id)
-            .count()
-            + usize::from(self.transient.contains(sandbox_id))
-    }
 }
 
 /// Serializes the creation of one namespace runtime.
@@ -268,67 +202,5 @@ impl VmNaming {
     /// A VM a previous process of the same owner left behind.
     pub(crate) fn is_orphan(&self, name: &str) -> bool {
         name.starts_with(&self.prefix()) && name != self.vm_name()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn runtime(sandbox_id: &str, ns: Option<&str>) -> Arc<Runtime> {
-        Runtime::new(
-            RuntimeId::generate(),
-            sandbox_id.into(),
-            Lang::Python,
-            ns.map(|n| Namespace::parse(n).unwrap()),
-            SdkState::Absent,
-            None,
-            crate::tenancy::Tenants::new(crate::tenancy::TenantLimits {
-                max_concurrent_runs: 1,
-                max_depth: 1,
-                max_guest_vms: 1,
-            })
-            .admit(&crate::tenancy::Caller::Trusted)
-            .unwrap(),
-        )
-    }
-
-    #[test]
-    fn a_vm_is_in_exactly_one_place_through_every_move() {
-        let mut st = State::default();
-        let rt = runtime("vm-1", Some("app"));
-        st.track("vm-1");
-        assert_eq!(st.places("vm-1"), 1, "created, no record yet");
-        st.adopt(rt.clone());
-        assert_eq!(st.places("vm-1"), 1, "adopted");
-        assert!(st
-            .namespace_runtime(rt.namespace.as_ref().unwrap(), Lang::Python)
-            .is_some());
-        st.serve("app::f", &rt);
-        assert!(st.serving("app::f").is_some());
-        st.release(&rt, &["app::f".to_string()], VmFate::Stopping);
-        assert_eq!(
-            st.places("vm-1"),
-            1,
-            "released: tracked until the stop ends"
-        );
-        assert_eq!(st.tracked(), vec!["vm-1".to_string()]);
-        assert!(st.serving("app::f").is_none() && st.runtime(&rt.id).is_none());
-        // A second release (shutdown racing a teardown) changes nothing.
-        st.release(&rt, &[], VmFate::Stopping);
-        assert_eq!(st.places("vm-1"), 1);
-        st.gone("vm-1");
-        assert_eq!(st.places("vm-1"), 0);
-    }
-
-    #[test]
-    fn a_reaped_runtime_leaves_the_ledger_at_once() {
-        let mut st = State::default();
-        let rt = runtime("vm-2", None);
-        st.track("vm-2");
-        st.adopt(rt.clone());
-        st.release(&rt, &[], VmFate::Gone);
-        assert_eq!(st.places("vm-2"), 0);
-        assert!(st.tracked().is_empty());
     }
 }

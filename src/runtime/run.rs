@@ -5,198 +5,188 @@ use std::time::Duration;
 
 use super::errors::{DaemonFailure, RunError};
 use super::inventory;
-use super::ready::Then;
-use super::records::{Runtime, SdkState};
-use super::{lock, Manager};
+use super::lease::VmLease;
+use super::lifeline::{self, Lifeline};
+use super::ready::{self, Then};
+use super::records::Runtime;
+use super::{lineage, lock, sdk, teardown, warm, Manager};
+use crate::config::OneshotStop;
 use crate::events::EventKind;
 use crate::guest;
+use crate::guest_access::TokenLease;
 use crate::ids::{Lang, RuntimeId};
-use crate::sandbox::ExecOutput;
+use crate::sandbox::{ExecOutput, ExecParams};
 use crate::tenancy::Caller;
 use crate::wire::RunResponse;
 
-impl Manager {
-    fn response(&self, out: ExecOutput, runtime_id: Option<String>) -> RunResponse {
-        let cap = self.config.max_stream_bytes;
-        RunResponse {
-            stdout: guest::cap_stream(&out.stdout, cap, "stdout"),
-            stderr: guest::cap_stream(&out.stderr, cap, "stderr"),
-            exit_code: out.exit_code.map(i64::from).unwrap_or(-1),
-            success: out.exit_code == Some(0),
-            duration_ms: out.duration_ms,
-            runtime_id,
-        }
+fn response(m: &Manager, out: ExecOutput, runtime_id: Option<String>) -> RunResponse {
+    let cap = m.config.max_stream_bytes;
+    RunResponse {
+        stdout: guest::cap_stream(&out.stdout, cap, "stdout"),
+        stderr: guest::cap_stream(&out.stderr, cap, "stderr"),
+        exit_code: out.exit_code.map(i64::from).unwrap_or(-1),
+        success: out.exit_code == Some(0),
+        duration_ms: out.duration_ms,
+        runtime_id,
     }
+}
 
-    /// `run` without a runtime, from the main listener: one-shot, or keep.
-    pub async fn run_fresh(
-        &self,
-        lang: Lang,
-        code: &str,
-        keep: bool,
-        timeout_ms: u64,
-    ) -> Result<RunResponse, RunError> {
-        self.run_fresh_as(&Caller::Trusted, lang, code, keep, timeout_ms)
+/// `p` with the guest's token in its env, when it has one.
+pub(super) fn with_token(mut p: ExecParams, token: Option<&TokenLease>) -> ExecParams {
+    if let Some(t) = token {
+        p.env.insert(
+            crate::guest_access::TOKEN_ENV.to_string(),
+            t.expose().to_string(),
+        );
+    }
+    p
+}
+
+/// `p` with `rt`'s guest token in its env.
+pub(super) fn for_runtime(rt: &Runtime, p: ExecParams) -> ExecParams {
+    with_token(p, lock(&rt.token).as_ref())
+}
+
+/// `run` without a runtime, for `caller`: a guest's run joins its lineage
+/// one level deeper and holds one VM of its budget (for as long as the run
+/// lasts, or as its kept runtime lives).
+pub(super) async fn fresh(
+    m: &Manager,
+    caller: &Caller,
+    lang: Lang,
+    code: &str,
+    keep: bool,
+    timeout_ms: u64,
+) -> Result<RunResponse, RunError> {
+    let admitted = m.tenants.admit(caller).map_err(RunError::Tenant)?;
+    let daemon = |e| DaemonFailure::new(e, timeout_ms);
+    let uses_iii = guest::names_iii(code);
+    // One token per run; a kept run's becomes its runtime's.
+    let token = m.mint_guest_token(None, &admitted);
+    let mut attempt = 0;
+    let (vm, out, line) = loop {
+        attempt += 1;
+        let acquired = warm::acquire(m, lang, uses_iii)
             .await
-    }
-
-    /// `run` without a runtime, for `caller`: a guest's run joins its
-    /// lineage one level deeper and holds one VM of its budget (for as long
-    /// as the run lasts, or as its kept runtime lives).
-    pub async fn run_fresh_as(
-        &self,
-        caller: &Caller,
-        lang: Lang,
-        code: &str,
-        keep: bool,
-        timeout_ms: u64,
-    ) -> Result<RunResponse, RunError> {
-        let admitted = self.tenants.admit(caller).map_err(RunError::Tenant)?;
-        let daemon = |e| DaemonFailure::new(e, timeout_ms);
-        let uses_iii = guest::names_iii(code);
-        // One token per run; a kept run's becomes its runtime's.
-        let token = self.mint_guest_token(None, &admitted);
-        let mut attempt = 0;
-        let (sandbox_id, out, sdk_in_vm, line) = loop {
-            attempt += 1;
-            let vm = self
-                .acquire_vm(lang, uses_iii)
-                .await
-                .map_err(|e| RunError::AcquireVm(daemon(e)))?;
-            let (sandbox_id, pooled) = (vm.id, vm.pooled);
-            let line = if keep {
-                None
-            } else {
-                self.lifeline(&sandbox_id)
-            };
-            let outcome = async {
-                if uses_iii && !vm.sdk {
-                    self.prepare_sdk(&sandbox_id, lang, true)
-                        .await
-                        .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
-                }
-                let then = if keep { Then::ServesAgain } else { Then::Done };
-                self.exec_call(
-                    &sandbox_id,
-                    lang,
-                    Manager::with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref()),
-                    then,
-                )
-                .await
-                .map_err(|e| RunError::Exec(daemon(e)))
-            }
-            .await;
-            match outcome {
-                Ok(out) => break (sandbox_id, out, vm.sdk, line),
-                // A pooled VM reaped while it waited is replaced silently.
-                Err(e) if pooled && e.vm_gone() && attempt == 1 => {
-                    lock(&self.state).gone(&sandbox_id);
-                    continue;
-                }
-                // The daemon holds one exec per sandbox, and the lifeline
-                // took it: without lifelines, once more on another VM.
-                Err(e) if line.is_some() && e.exec_cap() && attempt == 1 => {
-                    self.lifelines.turn_off();
-                    self.stop_vm(&sandbox_id).await;
-                    continue;
-                }
-                Err(e) => {
-                    self.stop_until_gone(sandbox_id, line).await;
-                    return Err(e);
-                }
-            }
-        };
-        let lineage = admitted.lineage.clone();
-        if keep && out.exit_code == Some(0) && !self.lineage_lives(&lineage) {
-            // Its root ended while it ran: nobody could reach it.
-            drop(token);
-            self.stop_vm(&sandbox_id).await;
-            return Err(RunError::LineageEnded);
-        }
-        if keep && out.exit_code == Some(0) {
-            let id = RuntimeId::generate();
-            let sdk = if uses_iii || sdk_in_vm {
-                SdkState::Prepared
-            } else {
-                SdkState::Absent
-            };
-            let rt = Runtime::new(
-                id.clone(),
-                sandbox_id.clone(),
-                lang,
-                None,
-                sdk,
-                token,
-                admitted,
-            );
-            rt.meta.used(Duration::from_millis(out.duration_ms));
-            lock(&self.state).adopt(rt.clone());
-            self.lifecycle(EventKind::RuntimeCreated, &rt, None);
-            tracing::info!(lang = %lang, "kept a runtime");
-            return Ok(self.response(out, Some(id.expose().to_string())));
-        }
-        // One-shot, or a failed keep run: the VM never serves anyone again,
-        // and its token is revoked before the caller hears back.
-        drop(token);
-        let _budget_until_the_vm_is_gone = admitted.permit;
-        // A trusted one-shot was its lineage's root: what its guest code
-        // kept ends with it.
-        if admitted.root.is_some() {
-            drop(admitted.root);
-            self.end_lineage(&lineage);
-        }
-        if keep {
-            self.stop_vm(&sandbox_id).await;
-        } else {
-            self.stop_oneshot(sandbox_id, line).await;
-        }
-        Ok(self.response(out, None))
-    }
-
-    /// `run` in a kept runtime.
-    pub async fn run_in(
-        &self,
-        id: &RuntimeId,
-        lang: Option<Lang>,
-        code: &str,
-        timeout_ms: u64,
-    ) -> Result<RunResponse, RunError> {
-        let rt = lock(&self.state)
-            .runtime(id)
-            .ok_or(RunError::UnknownRuntime)?;
-        if lang.is_some_and(|l| l != rt.lang) {
-            return Err(RunError::LangMismatch { runs: rt.lang });
-        }
-        let daemon = |e| DaemonFailure::new(e, timeout_ms);
-        let mut slot = rt.slot.lock().await;
-        let timed = inventory::Timed::start(&rt.meta);
+            .map_err(|e| RunError::AcquireVm(daemon(e)))?;
+        let (vm, pooled) = (acquired.vm, acquired.pooled);
+        let line = if keep { None } else { lifeline::start(m, &vm) };
         let outcome = async {
-            if slot.sdk == SdkState::Absent && guest::names_iii(code) {
-                self.prepare_sdk(&rt.sandbox_id, rt.lang, slot.pristine)
+            if uses_iii && !vm.has_sdk() {
+                sdk::prepare(m, &vm, true)
                     .await
                     .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
-                slot.sdk = SdkState::Prepared;
             }
-            slot.pristine = false;
-            self.exec_call(
-                &rt.sandbox_id,
-                rt.lang,
-                Manager::for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms)),
-                Then::ServesAgain,
-            )
-            .await
-            .map_err(|e| RunError::Exec(daemon(e)))
+            vm.tenant_code_ran();
+            let then = if keep { Then::ServesAgain } else { Then::Done };
+            let p = with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref());
+            ready::exec_call(m, &vm, p, then)
+                .await
+                .map_err(|e| RunError::Exec(daemon(e)))
         }
         .await;
-        drop(timed);
-        drop(slot);
+        drop(acquired.refill);
         match outcome {
-            Ok(out) => Ok(self.response(out, Some(id.expose().to_string()))),
-            Err(e) if e.vm_gone() => {
-                self.expire(&rt);
-                Err(RunError::Expired)
+            Ok(out) => break (vm, out, line),
+            // A pooled VM reaped while it waited is replaced silently.
+            Err(e) if pooled && e.vm_gone() && attempt == 1 => {
+                vm.gone();
+                continue;
             }
-            Err(e) => Err(e),
+            // The daemon holds one exec per sandbox, and the lifeline took
+            // it: without lifelines, once more on another VM.
+            Err(e) if line.is_some() && e.exec_cap() && attempt == 1 => {
+                lifeline::turn_off(m);
+                vm.stop().await;
+                continue;
+            }
+            Err(e) => {
+                lifeline::stop_until_gone(vm, line).await;
+                return Err(e);
+            }
         }
+    };
+    let lineage = admitted.lineage.clone();
+    if keep && out.exit_code == Some(0) && !lineage::lives(m, &lineage) {
+        // Its root ended while it ran: nobody could reach it.
+        drop(token);
+        vm.stop().await;
+        return Err(RunError::LineageEnded);
+    }
+    if keep && out.exit_code == Some(0) {
+        let id = RuntimeId::generate();
+        let rt = Runtime::new(id.clone(), vm, None, token, admitted);
+        rt.meta.used(Duration::from_millis(out.duration_ms));
+        lock(&m.records).adopt(rt.clone());
+        inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
+        tracing::info!(lang = %lang, "kept a runtime");
+        return Ok(response(m, out, Some(id.expose().to_string())));
+    }
+    // One-shot, or a failed keep run: the VM never serves anyone again,
+    // and its token is revoked before the caller hears back.
+    drop(token);
+    let _budget_until_the_vm_is_gone = admitted.permit;
+    // A trusted one-shot was its lineage's root: what its guest code kept
+    // ends with it.
+    if admitted.root.is_some() {
+        drop(admitted.root);
+        lineage::end(m, &lineage);
+    }
+    if keep {
+        vm.stop().await;
+    } else {
+        stop_oneshot(m, vm, line).await;
+    }
+    Ok(response(m, out, None))
+}
+
+/// The stop of a one-shot VM: the response waits until the VM is gone
+/// (default), until the daemon confirms the stop, or not at all.
+async fn stop_oneshot(m: &Manager, vm: VmLease, line: Option<Lifeline>) {
+    match m.config.oneshot_stop {
+        OneshotStop::Background => drop(vm.stop_in_background()),
+        _ => lifeline::stop_until_gone(vm, line).await,
+    }
+}
+
+/// `run` in a kept runtime.
+pub(super) async fn in_runtime(
+    m: &Manager,
+    id: &RuntimeId,
+    lang: Option<Lang>,
+    code: &str,
+    timeout_ms: u64,
+) -> Result<RunResponse, RunError> {
+    let rt = lock(&m.records)
+        .runtime(id)
+        .ok_or(RunError::UnknownRuntime)?;
+    if lang.is_some_and(|l| l != rt.lang) {
+        return Err(RunError::LangMismatch { runs: rt.lang });
+    }
+    let daemon = |e| DaemonFailure::new(e, timeout_ms);
+    let slot = rt.slot.lock().await;
+    let timed = inventory::Timed::start(&rt.meta);
+    let outcome = async {
+        if !rt.vm.has_sdk() && guest::names_iii(code) {
+            sdk::prepare(m, &rt.vm, rt.vm.pristine())
+                .await
+                .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
+        }
+        rt.vm.tenant_code_ran();
+        let p = for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms));
+        ready::exec_call(m, &rt.vm, p, Then::ServesAgain)
+            .await
+            .map_err(|e| RunError::Exec(daemon(e)))
+    }
+    .await;
+    drop(timed);
+    drop(slot);
+    match outcome {
+        Ok(out) => Ok(response(m, out, Some(id.expose().to_string()))),
+        Err(e) if e.vm_gone() => {
+            teardown::expire(m, &rt);
+            Err(RunError::Expired)
+        }
+        Err(e) => Err(e),
     }
 }

@@ -1,22 +1,27 @@
-//! A bounded shutdown: every VM this worker owns gets one stop attempt, all
-//! within one total budget, whatever state the bus is in. What could not be
-//! stopped is counted and logged as left for the next boot's orphan sweep
-//! (same owner, different instance: see `VmNaming::is_orphan`).
+//! A bounded shutdown: it walks the VM table, and every VM in it gets one
+//! stop attempt, all within one total budget, whatever state the bus is in.
+//! VMs still booting for the warm pool are waited for within the same
+//! budget; what could not be stopped (or was still booting at the end) is
+//! counted and logged as left for the next boot's orphan sweep (same owner,
+//! another instance: see `VmNaming::is_orphan`), and the exit status says
+//! so. Charged to `shutdown`, like any operation.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::records::{Runtime, VmFate};
-use super::{lock, Manager};
-use crate::error::redact_uuids;
+use super::records::Runtime;
+use super::vms::SandboxId;
+use super::{lock, teardown, Manager};
+use crate::metering::metered;
 
 /// What a shutdown achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ShutdownReport {
     /// VMs the daemon confirmed stopped (or already gone).
     pub stopped: usize,
-    /// VMs left running: the next boot's orphan sweep stops them.
+    /// VMs left running, or still booting when the budget ran out: the
+    /// next boot's orphan sweep stops them.
     pub left: usize,
 }
 
@@ -27,96 +32,58 @@ impl ShutdownReport {
     }
 }
 
-impl Manager {
-    /// Stops every VM this worker owns and unpublishes every function,
-    /// within 30 s (see [`Manager::shutdown_within`]).
-    pub async fn shutdown(&self) -> ShutdownReport {
-        self.shutdown_within(Duration::from_secs(30)).await
-    }
+/// Stops `ids` concurrently until `deadline`; answers how many the daemon
+/// confirmed.
+async fn stop_all_until(m: &Manager, ids: &[SandboxId], deadline: tokio::time::Instant) -> usize {
+    let confirmed = std::sync::atomic::AtomicUsize::new(0);
+    let attempts = futures_util::future::join_all(ids.iter().map(|id| async {
+        if m.vms.stop(id).await {
+            confirmed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }));
+    let _ = tokio::time::timeout_at(deadline, attempts).await;
+    confirmed.into_inner()
+}
 
-    /// One stop attempt; `true` when the daemon confirms the VM is gone.
-    async fn stop_confirmed(&self, sandbox_id: &str) -> bool {
-        let done = match self.on_daemon(0, self.sandbox.stop(sandbox_id)).await {
-            Ok(()) => true,
-            Err(e) if e.is_gone() => true,
-            Err(e) => {
-                tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed");
-                false
-            }
-        };
-        if done {
-            lock(&self.state).gone(sandbox_id);
-        }
-        done
-    }
+/// Stops every VM this worker owns and unpublishes every function, all
+/// within `budget`. Never waits longer, even with the bus gone.
+pub(super) async fn within(m: &Manager, budget: Duration) -> ShutdownReport {
+    metered(&m.stats.shutdown, walk(m, budget)).await
+}
 
-    /// Stops `ids` concurrently until `deadline`; returns the ones not
-    /// confirmed stopped.
-    async fn stop_all_until(
-        &self,
-        ids: Vec<String>,
-        deadline: tokio::time::Instant,
-    ) -> Vec<String> {
-        let pending: Arc<Mutex<HashSet<String>>> =
-            Arc::new(Mutex::new(ids.iter().cloned().collect()));
-        let attempts = futures_util::future::join_all(ids.iter().map(|id| {
-            let pending = pending.clone();
-            async move {
-                if self.stop_confirmed(id).await {
-                    pending.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
-                }
-            }
-        }));
-        let _ = tokio::time::timeout_at(deadline, attempts).await;
-        let left = pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        left
+async fn walk(m: &Manager, budget: Duration) -> ShutdownReport {
+    let deadline = tokio::time::Instant::now() + budget;
+    let table = m.vms.table();
+    table.close_pool();
+    let rts: Vec<Arc<Runtime>> = lock(&m.records).runtimes();
+    for rt in &rts {
+        teardown::forget(m, rt);
     }
-
-    /// Stops every VM this worker owns and unpublishes every function, all
-    /// within `budget`. Never waits longer, even with the bus gone.
-    pub async fn shutdown_within(&self, budget: Duration) -> ShutdownReport {
-        let deadline = tokio::time::Instant::now() + budget;
-        {
-            let mut st = lock(&self.state);
-            for id in self.pool.close() {
-                st.track(&id);
-            }
-        }
-        let rts: Vec<Arc<Runtime>> = lock(&self.state).runtimes();
-        for rt in &rts {
-            self.forget(rt, VmFate::Stopping);
-        }
-        // Every VM is tracked now: the records' just released, and any a
-        // teardown is still stopping.
-        let ids = lock(&self.state).tracked();
-        let total = ids.len();
-        let mut left = self.stop_all_until(ids, deadline).await;
-        // VMs still warming are handed back on arrival and stopped there;
-        // what arrived and was not stopped yet gets its attempt here.
-        let _ = tokio::time::timeout_at(deadline, self.pool.settle(budget)).await;
-        let late: Vec<String> = lock(&self.state)
-            .tracked()
-            .into_iter()
-            .filter(|id| !left.contains(id))
-            .collect();
-        let late_total = late.len();
-        left.extend(self.stop_all_until(late, deadline).await);
-        let report = ShutdownReport {
-            stopped: (total + late_total).saturating_sub(left.len()),
-            left: left.len(),
-        };
-        if report.left > 0 {
-            tracing::warn!(
-                left = report.left,
-                stopped = report.stopped,
-                owner = %self.naming.owner,
-                "VMs not stopped within the shutdown budget are left for the next boot's orphan sweep"
-            );
-        }
-        report
+    // Every VM is in the table: pooled, leased to a call in flight, the
+    // records' just released, and any a teardown is still stopping.
+    let first = table.ids();
+    let mut stopped = stop_all_until(m, &first, deadline).await;
+    // VMs still warming join the table (pooled) as they arrive; each gets
+    // its attempt here. One that failed its attempt above is not retried.
+    let _ = tokio::time::timeout_at(deadline, table.pool_settled(budget)).await;
+    let tried: HashSet<SandboxId> = first.into_iter().collect();
+    let late: Vec<SandboxId> = table
+        .ids()
+        .into_iter()
+        .filter(|id| !tried.contains(id))
+        .collect();
+    stopped += stop_all_until(m, &late, deadline).await;
+    let report = ShutdownReport {
+        stopped,
+        left: table.ids().len() + table.booting_total(),
+    };
+    if report.left > 0 {
+        tracing::warn!(
+            left = report.left,
+            stopped = report.stopped,
+            owner = %m.naming.owner,
+            "VMs not stopped within the shutdown budget are left for the next boot's orphan sweep"
+        );
     }
+    report
 }

@@ -1,0 +1,267 @@
+//! Leases: the only way to exec in or stop a VM. A [`VmLease`] is not
+//! `Clone`; whoever holds it (one operation, or the runtime record it was
+//! handed to) is the VM's one owner. It carries the meter of the operation
+//! that took it, so work it spawns stays charged; dropped without a hand-over
+//! (kept by a runtime, back in the pool, stopped, found gone) it schedules
+//! the VM's stop. [`Vms::stop`] is the one stop path.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::daemon::Daemon;
+use super::vms::{SandboxId, VmState, VmTable, Waiting};
+use crate::error::redact_uuids;
+use crate::ids::Lang;
+use crate::metering::{current, OpTotals};
+use crate::sandbox::{ExecOutput, ExecParams, ListedSandbox, SandboxError, Streamed};
+
+/// The VM table and the daemon door, shared by every lease.
+pub(crate) struct Vms {
+    daemon: Daemon,
+    table: VmTable,
+}
+
+impl Vms {
+    pub(crate) fn new(daemon: Daemon, pool_size: usize) -> Arc<Vms> {
+        Arc::new(Vms {
+            daemon,
+            table: VmTable::new(pool_size),
+        })
+    }
+
+    pub(crate) fn table(&self) -> &VmTable {
+        &self.table
+    }
+
+    fn lease(self: &Arc<Self>, id: SandboxId, lang: Lang) -> VmLease {
+        VmLease {
+            vms: self.clone(),
+            id,
+            lang,
+            meter: current(),
+            settled: AtomicBool::new(false),
+        }
+    }
+
+    /// A fresh VM for one operation.
+    pub(crate) async fn create(self: &Arc<Self>, lang: Lang) -> Result<VmLease, SandboxError> {
+        let id = self.daemon.create(lang).await?;
+        self.table.insert(&id, lang, VmState::Leased);
+        Ok(self.lease(id, lang))
+    }
+
+    /// A fresh VM for the warm pool (reserved with `VmTable::reserve`).
+    pub(crate) async fn create_for_pool(
+        self: &Arc<Self>,
+        lang: Lang,
+    ) -> Result<VmLease, SandboxError> {
+        match self.daemon.create(lang).await {
+            Ok(id) => {
+                self.table.booted(&id, lang);
+                Ok(self.lease(id, lang))
+            }
+            Err(e) => {
+                self.table.boot_failed(lang);
+                Err(e)
+            }
+        }
+    }
+
+    /// A ready pooled VM, now leased (see `VmTable::take_pooled`).
+    pub(crate) fn take_pooled(self: &Arc<Self>, lang: Lang, sdk: bool) -> Option<VmLease> {
+        let (id, _) = self.table.take_pooled(lang, sdk)?;
+        Some(self.lease(id, lang))
+    }
+
+    /// Pooled VMs handed back to warming (to plant the SDK): each leased
+    /// to the preparation that returns it to the pool.
+    pub(crate) fn unpool_without_sdk(self: &Arc<Self>, lang: Lang) -> Vec<VmLease> {
+        let ids = self.table.unpool_without_sdk(lang);
+        ids.into_iter().map(|id| self.lease(id, lang)).collect()
+    }
+
+    /// Every sandbox the daemon holds (of every owner).
+    pub(crate) async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
+        self.daemon.list().await
+    }
+
+    /// The one stop path: the VM is stopping from here on (nothing waits in
+    /// it), and leaves the table once the daemon confirms it gone (a VM it
+    /// already dropped is fine). One that would not stop stays in the table
+    /// as stopping, so shutdown tries again. `true` when confirmed.
+    pub(crate) async fn stop(&self, id: &SandboxId) -> bool {
+        self.table.set_state(id, VmState::Stopping);
+        match self.daemon.stop(id).await {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => {
+                tracing::warn!(error = %redact_uuids(&e.to_string()), "stopping a VM failed");
+                return false;
+            }
+        }
+        self.table.remove(id);
+        true
+    }
+}
+
+/// One VM, held by its one owner.
+pub(crate) struct VmLease {
+    vms: Arc<Vms>,
+    id: SandboxId,
+    lang: Lang,
+    meter: Option<Arc<OpTotals>>,
+    /// Handed over, stopped, or found gone: nothing to do on drop.
+    settled: AtomicBool,
+}
+
+impl VmLease {
+    pub(crate) fn lang(&self) -> Lang {
+        self.lang
+    }
+
+    /// For matching the daemon's own listing (the inventory's liveness).
+    pub(crate) fn sandbox_id(&self) -> &SandboxId {
+        &self.id
+    }
+
+    pub(crate) async fn exec(&self, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        self.vms.daemon.exec(&self.id, p).await
+    }
+
+    /// An exec that runs beside its operation (a one-shot's lifeline),
+    /// charged to the lease's operation; nobody waits for it.
+    pub(crate) fn spawn_exec(
+        &self,
+        p: ExecParams,
+    ) -> tokio::task::JoinHandle<Result<ExecOutput, SandboxError>> {
+        let (vms, id) = (self.vms.clone(), self.id.clone());
+        Daemon::detached(
+            self.meter.clone(),
+            async move { vms.daemon.exec(&id, p).await },
+        )
+    }
+
+    pub(crate) async fn write_file(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+        self.vms.daemon.write_file(&self.id, path, content).await
+    }
+
+    pub(crate) async fn write_streamed(
+        &self,
+        path: &str,
+        content: Arc<str>,
+    ) -> Result<Streamed, SandboxError> {
+        self.vms
+            .daemon
+            .write_streamed(&self.id, path, content)
+            .await
+    }
+
+    pub(crate) async fn read_streamed(
+        &self,
+        path: &str,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        self.vms.daemon.read_streamed(&self.id, path, limit).await
+    }
+
+    /// Waits on work of the daemon's (a stop racing a lifeline), charged
+    /// as time on the daemon.
+    pub(crate) async fn daemon_wait<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        self.vms.daemon.waited(work).await
+    }
+
+    fn settle(&self) -> bool {
+        !self.settled.swap(true, Ordering::AcqRel)
+    }
+
+    /// Stops the VM and returns once the daemon confirmed it (or failed).
+    pub(crate) async fn stop(&self) -> bool {
+        self.settle();
+        self.vms.stop(&self.id).await
+    }
+
+    /// Stops the VM without waiting: charged to the current operation in
+    /// calls, not in its caller's wait. The handle ends when the daemon
+    /// answered.
+    pub(crate) fn stop_in_background(&self) -> tokio::task::JoinHandle<bool> {
+        self.settle();
+        let (vms, id) = (self.vms.clone(), self.id.clone());
+        Daemon::detached(current(), async move { vms.stop(&id).await })
+    }
+
+    /// The daemon dropped the VM (reaped): it leaves the table.
+    pub(crate) fn gone(&self) {
+        self.settle();
+        self.vms.table.remove(&self.id);
+    }
+
+    /// Hands the VM to a runtime record, which holds this lease from now on.
+    pub(crate) fn back_a_runtime(&self) {
+        self.vms.table.set_state(&self.id, VmState::Runtime);
+    }
+
+    /// Hands the VM back to the warm pool, ready.
+    pub(crate) fn into_pool(self) {
+        self.settle();
+        self.vms.table.pool(&self.id);
+    }
+
+    pub(crate) fn has_sdk(&self) -> bool {
+        self.vms.table.sdk(&self.id)
+    }
+
+    /// The guest SDK is in the VM now.
+    pub(crate) fn sdk_prepared(&self) {
+        self.vms.table.sdk_prepared(&self.id);
+    }
+
+    /// No tenant code ran in the VM yet.
+    pub(crate) fn pristine(&self) -> bool {
+        self.vms.table.pristine(&self.id)
+    }
+
+    pub(crate) fn tenant_code_ran(&self) {
+        self.vms.table.tenant_code_ran(&self.id);
+    }
+
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.vms.table.next_generation()
+    }
+
+    pub(crate) fn take_waiting(&self) -> Option<Waiting> {
+        self.vms.table.take_waiting(&self.id)
+    }
+
+    pub(crate) fn put_waiting(&self, generation: u64) {
+        self.vms.table.put_waiting(&self.id, generation);
+    }
+
+    pub(crate) fn forget_waiting(&self) {
+        self.vms.table.forget_waiting(&self.id);
+    }
+}
+
+impl Drop for VmLease {
+    fn drop(&mut self) {
+        if !self.settle() {
+            return;
+        }
+        let live = matches!(
+            self.vms.table.state(&self.id),
+            Some(VmState::Leased | VmState::Runtime | VmState::Warming)
+        );
+        if !live || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (vms, id) = (self.vms.clone(), self.id.clone());
+        Daemon::detached(self.meter.take(), async move { vms.stop(&id).await });
+    }
+}
+
+impl std::fmt::Debug for VmLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmLease")
+            .field("lang", &self.lang)
+            .finish_non_exhaustive()
+    }
+}

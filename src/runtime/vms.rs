@@ -1,0 +1,496 @@
+//! The table of every VM this worker knows, behind one lock: each entry is
+//! in exactly one state (warming for the pool, pooled, leased to one
+//! operation, backing a runtime, stopping) with what belongs to the VM
+//! (language, SDK state, the interpreter waiting in it). The warm pool, the
+//! ledger shutdown walks, and the pre-started interpreters are views of
+//! this one map, so a VM cannot be in two of them or in none.
+//!
+//! Pure bookkeeping: the daemon is called by `lease`, which is the only
+//! code that moves an entry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::ids::Lang;
+
+/// The daemon's id of a VM. It never leaves the worker: its `Debug` is
+/// redacted, and nothing converts it back into a string for a caller.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SandboxId(Arc<str>);
+
+impl SandboxId {
+    pub(crate) fn new(id: impl Into<Arc<str>>) -> SandboxId {
+        SandboxId(id.into())
+    }
+
+    /// For the daemon's calls and the daemon's own listings only.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SandboxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SandboxId(..)")
+    }
+}
+
+/// Where a VM is in its life. Every entry is in exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VmState {
+    /// Booted for the warm pool and being prepared; no tenant has it.
+    Warming,
+    /// Ready in the warm pool (`order`: when it arrived, oldest first).
+    Pooled { order: u64 },
+    /// Held by one operation's lease (a run, a registration's new VM).
+    Leased,
+    /// Backing a kept or namespace runtime (its record holds the lease).
+    Runtime,
+    /// A stop was sent and the daemon has not confirmed it.
+    Stopping,
+}
+
+/// A pre-started interpreter waiting in a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    pub(crate) generation: u64,
+    /// The guest SDK was planted after it started, so it lacks the module:
+    /// the next call replaces it.
+    pub(crate) stale: bool,
+}
+
+/// One VM and what belongs to it.
+#[derive(Debug)]
+struct Vm {
+    lang: Lang,
+    state: VmState,
+    /// The guest SDK is in it (planted, installed, or tried and failed:
+    /// the wrapper then explains on first use, so it is not retried).
+    sdk: bool,
+    /// No tenant code has run in it yet: what it installs may be archived.
+    pristine: bool,
+    waiting: Option<Waiting>,
+}
+
+#[derive(Default)]
+struct Table {
+    vms: HashMap<SandboxId, Vm>,
+    /// Creates under way for the pool: VMs the daemon may be booting that
+    /// have no id yet.
+    booting: HashMap<Lang, usize>,
+    pool_size: usize,
+    closed: bool,
+    arrivals: u64,
+    generations: u64,
+}
+
+impl Table {
+    fn count(&self, lang: Lang, pick: impl Fn(&Vm) -> bool) -> usize {
+        self.vms
+            .values()
+            .filter(|vm| vm.lang == lang && pick(vm))
+            .count()
+    }
+
+    fn warming(&self, lang: Lang) -> usize {
+        self.booting.get(&lang).copied().unwrap_or(0)
+            + self.count(lang, |vm| vm.state == VmState::Warming)
+    }
+}
+
+/// The table. One lock; every method takes it once.
+#[derive(Default)]
+pub(crate) struct VmTable {
+    table: Mutex<Table>,
+    /// Announced after every change a waiter may be waiting for (a VM
+    /// arrived in the pool or failed to, a stop was confirmed).
+    changed: Notify,
+}
+
+impl VmTable {
+    pub(crate) fn new(pool_size: usize) -> VmTable {
+        let t = VmTable::default();
+        t.lock().pool_size = pool_size;
+        t
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A VM the daemon just created, in `state` (leased or warming).
+    pub(crate) fn insert(&self, id: &SandboxId, lang: Lang, state: VmState) {
+        let vm = Vm {
+            lang,
+            state,
+            sdk: false,
+            pristine: true,
+            waiting: None,
+        };
+        self.lock().vms.insert(id.clone(), vm);
+    }
+
+    /// Moves a VM this worker knows to `state`; `false` when it is not in
+    /// the table (the daemon confirmed it gone).
+    pub(crate) fn set_state(&self, id: &SandboxId, state: VmState) -> bool {
+        let mut t = self.lock();
+        let Some(vm) = t.vms.get_mut(id) else {
+            return false;
+        };
+        vm.state = state;
+        if state == VmState::Stopping {
+            vm.waiting = None;
+        }
+        true
+    }
+
+    pub(crate) fn state(&self, id: &SandboxId) -> Option<VmState> {
+        self.lock().vms.get(id).map(|vm| vm.state)
+    }
+
+    /// The daemon confirmed the VM gone (stopped or reaped).
+    pub(crate) fn remove(&self, id: &SandboxId) {
+        self.lock().vms.remove(id);
+        self.changed.notify_waiters();
+    }
+
+    /// Every VM in the table, in whatever state.
+    pub(crate) fn ids(&self) -> Vec<SandboxId> {
+        self.lock().vms.keys().cloned().collect()
+    }
+
+    /// VMs whose stop the daemon has not confirmed yet.
+    pub(crate) fn stopping(&self) -> usize {
+        self.lock()
+            .vms
+            .values()
+            .filter(|vm| vm.state == VmState::Stopping)
+            .count()
+    }
+
+    /// Waits, up to `patience`, until no stop is unconfirmed.
+    pub(crate) async fn stops_confirmed(&self, patience: Duration) {
+        crate::notified::until(&self.changed, patience, || self.stopping() == 0).await;
+    }
+
+    // ---- the warm pool: entries in `Warming` and `Pooled`, and `booting`.
+
+    /// A ready VM of `lang` for one tenant, now leased: one whose SDK
+    /// state is `sdk` if there is one (the oldest such), else the oldest.
+    /// Returns its id and whether the SDK is in it.
+    pub(crate) fn take_pooled(&self, lang: Lang, sdk: bool) -> Option<(SandboxId, bool)> {
+        let mut t = self.lock();
+        let pooled = |vm: &Vm| match vm.state {
+            VmState::Pooled { order } if vm.lang == lang => Some(order),
+            _ => None,
+        };
+        let oldest = |want: Option<bool>| {
+            t.vms
+                .iter()
+                .filter(|(_, vm)| want.is_none_or(|s| vm.sdk == s))
+                .filter_map(|(id, vm)| pooled(vm).map(|o| (o, id.clone())))
+                .min_by_key(|(o, _)| *o)
+                .map(|(_, id)| id)
+        };
+        let id = oldest(Some(sdk)).or_else(|| oldest(None))?;
+        let vm = t.vms.get_mut(&id)?;
+        vm.state = VmState::Leased;
+        Some((id, vm.sdk))
+    }
+
+    /// How many VMs to start booting now for `lang`; they count as warming
+    /// from here on (`booted` or `boot_failed` settles each).
+    pub(crate) fn reserve(&self, lang: Lang) -> usize {
+        let mut t = self.lock();
+        if t.closed {
+            return 0;
+        }
+        let have = t.warming(lang) + t.count(lang, |vm| matches!(vm.state, VmState::Pooled { .. }));
+        let missing = t.pool_size.saturating_sub(have);
+        *t.booting.entry(lang).or_default() += missing;
+        missing
+    }
+
+    /// A reserved create answered with `id`: it warms from here on.
+    pub(crate) fn booted(&self, id: &SandboxId, lang: Lang) {
+        let mut t = self.lock();
+        if let Some(n) = t.booting.get_mut(&lang) {
+            *n = n.saturating_sub(1);
+        }
+        t.vms.insert(
+            id.clone(),
+            Vm {
+                lang,
+                state: VmState::Warming,
+                sdk: false,
+                pristine: true,
+                waiting: None,
+            },
+        );
+    }
+
+    /// A reserved create failed: nothing is booting for it any more.
+    pub(crate) fn boot_failed(&self, lang: Lang) {
+        if let Some(n) = self.lock().booting.get_mut(&lang) {
+            *n = n.saturating_sub(1);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// A warming VM is ready: it joins the pool. After `close` it joins
+    /// too, and the shutdown that closed the pool stops it in its next
+    /// pass (stopping it here as well would race that pass).
+    pub(crate) fn pool(&self, id: &SandboxId) {
+        let mut t = self.lock();
+        t.arrivals += 1;
+        let order = t.arrivals;
+        if let Some(vm) = t.vms.get_mut(id) {
+            vm.state = VmState::Pooled { order };
+        }
+        drop(t);
+        self.changed.notify_waiters();
+    }
+
+    /// The ready VMs of `lang` that lack the SDK, back to warming so it can
+    /// be planted while no tenant holds them.
+    pub(crate) fn unpool_without_sdk(&self, lang: Lang) -> Vec<SandboxId> {
+        let mut t = self.lock();
+        if t.closed {
+            return Vec::new();
+        }
+        t.vms
+            .iter_mut()
+            .filter(|(_, vm)| vm.lang == lang && !vm.sdk)
+            .filter(|(_, vm)| matches!(vm.state, VmState::Pooled { .. }))
+            .map(|(id, vm)| {
+                vm.state = VmState::Warming;
+                id.clone()
+            })
+            .collect()
+    }
+
+    /// Every ready pooled VM, now stopping (capacity pressure, shutdown).
+    pub(crate) fn drain_pool(&self) -> Vec<SandboxId> {
+        let mut t = self.lock();
+        t.vms
+            .iter_mut()
+            .filter(|(_, vm)| matches!(vm.state, VmState::Pooled { .. }))
+            .map(|(id, vm)| {
+                vm.state = VmState::Stopping;
+                vm.waiting = None;
+                id.clone()
+            })
+            .collect()
+    }
+
+    /// Closes the pool for good: nothing is reserved any more.
+    pub(crate) fn close_pool(&self) {
+        self.lock().closed = true;
+    }
+
+    pub(crate) fn pool_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// (ready, warming) VMs of `lang` in the pool.
+    pub(crate) fn pool_counts(&self, lang: Lang) -> (usize, usize) {
+        let t = self.lock();
+        let ready = t.count(lang, |vm| matches!(vm.state, VmState::Pooled { .. }));
+        (ready, t.warming(lang))
+    }
+
+    /// Ready pooled VMs of `lang` that already hold the guest SDK.
+    pub(crate) fn pooled_with_sdk(&self, lang: Lang) -> usize {
+        self.lock().count(lang, |vm| {
+            vm.sdk && matches!(vm.state, VmState::Pooled { .. })
+        })
+    }
+
+    /// VMs booting for the pool, with or without an id yet.
+    pub(crate) fn warming_total(&self) -> usize {
+        let t = self.lock();
+        t.warming(Lang::Node) + t.warming(Lang::Python)
+    }
+
+    /// Creates under way for the pool that have no id yet.
+    pub(crate) fn booting_total(&self) -> usize {
+        self.lock().booting.values().sum()
+    }
+
+    /// Waits, up to `patience`, until nothing warms for the pool.
+    pub(crate) async fn pool_settled(&self, patience: Duration) {
+        crate::notified::until(&self.changed, patience, || self.warming_total() == 0).await;
+    }
+
+    // ---- what belongs to one VM.
+
+    pub(crate) fn sdk(&self, id: &SandboxId) -> bool {
+        self.lock().vms.get(id).is_some_and(|vm| vm.sdk)
+    }
+
+    /// The SDK is in the VM now: what waits there started without it.
+    pub(crate) fn sdk_prepared(&self, id: &SandboxId) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            vm.sdk = true;
+            if let Some(w) = &mut vm.waiting {
+                w.stale = true;
+            }
+        }
+    }
+
+    pub(crate) fn pristine(&self, id: &SandboxId) -> bool {
+        self.lock().vms.get(id).is_some_and(|vm| vm.pristine)
+    }
+
+    /// Tenant code ran (or is about to run) in the VM.
+    pub(crate) fn tenant_code_ran(&self, id: &SandboxId) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            vm.pristine = false;
+        }
+    }
+
+    /// A generation no VM has used.
+    pub(crate) fn next_generation(&self) -> u64 {
+        let mut t = self.lock();
+        t.generations += 1;
+        t.generations
+    }
+
+    /// The interpreter waiting in the VM, now the caller's.
+    pub(crate) fn take_waiting(&self, id: &SandboxId) -> Option<Waiting> {
+        self.lock().vms.get_mut(id).and_then(|vm| vm.waiting.take())
+    }
+
+    /// Generation `generation` waits in the VM. A VM that is stopping or
+    /// gone keeps nothing waiting.
+    pub(crate) fn put_waiting(&self, id: &SandboxId, generation: u64) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            if vm.state != VmState::Stopping {
+                vm.waiting = Some(Waiting {
+                    generation,
+                    stale: false,
+                });
+            }
+        }
+    }
+
+    /// What waits in the VM is gone (its server died).
+    pub(crate) fn forget_waiting(&self, id: &SandboxId) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            vm.waiting = None;
+        }
+    }
+
+    /// VMs with an interpreter waiting.
+    pub(crate) fn waiting_count(&self) -> usize {
+        self.lock()
+            .vms
+            .values()
+            .filter(|vm| vm.waiting.is_some())
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> SandboxId {
+        SandboxId::new(s)
+    }
+
+    #[test]
+    fn a_vm_is_in_one_state_through_every_move() {
+        let t = VmTable::new(1);
+        assert_eq!(t.reserve(Lang::Python), 1);
+        assert_eq!(
+            t.pool_counts(Lang::Python),
+            (0, 1),
+            "booting counts as warming"
+        );
+        t.booted(&id("vm-1"), Lang::Python);
+        assert_eq!(t.state(&id("vm-1")), Some(VmState::Warming));
+        assert_eq!(
+            t.pool_counts(Lang::Python),
+            (0, 1),
+            "still warming, now by id"
+        );
+        t.pool(&id("vm-1"));
+        assert_eq!(t.pool_counts(Lang::Python), (1, 0));
+        assert_eq!(t.reserve(Lang::Python), 0, "the pool is full");
+        assert_eq!(
+            t.take_pooled(Lang::Node, false),
+            None,
+            "languages never mix"
+        );
+        let (taken, _) = t.take_pooled(Lang::Python, true).unwrap();
+        assert_eq!(t.state(&taken), Some(VmState::Leased));
+        assert_eq!(t.pool_counts(Lang::Python), (0, 0));
+        assert!(t.set_state(&taken, VmState::Runtime));
+        assert!(t.set_state(&taken, VmState::Stopping));
+        assert_eq!(t.stopping(), 1);
+        t.remove(&taken);
+        assert_eq!(t.state(&taken), None);
+        assert!(!t.set_state(&taken, VmState::Runtime), "gone stays gone");
+    }
+
+    #[test]
+    fn the_pool_prefers_the_wanted_sdk_state_then_the_oldest() {
+        let t = VmTable::new(3);
+        t.reserve(Lang::Python);
+        for n in ["a", "b", "c"] {
+            t.booted(&id(n), Lang::Python);
+            t.pool(&id(n));
+        }
+        t.sdk_prepared(&id("b"));
+        assert_eq!(t.pooled_with_sdk(Lang::Python), 1);
+        assert_eq!(t.take_pooled(Lang::Python, true), Some((id("b"), true)));
+        assert_eq!(t.take_pooled(Lang::Python, true), Some((id("a"), false)));
+        assert_eq!(t.take_pooled(Lang::Python, false), Some((id("c"), false)));
+    }
+
+    #[test]
+    fn a_stopping_vm_keeps_no_interpreter_waiting() {
+        let t = VmTable::new(0);
+        t.insert(&id("vm"), Lang::Node, VmState::Leased);
+        let g = t.next_generation();
+        t.put_waiting(&id("vm"), g);
+        assert_eq!(t.waiting_count(), 1);
+        t.sdk_prepared(&id("vm"));
+        assert_eq!(
+            t.take_waiting(&id("vm")),
+            Some(Waiting {
+                generation: g,
+                stale: true
+            })
+        );
+        t.put_waiting(&id("vm"), g);
+        t.set_state(&id("vm"), VmState::Stopping);
+        assert_eq!(t.waiting_count(), 0);
+        t.put_waiting(&id("vm"), g + 1);
+        assert_eq!(t.waiting_count(), 0, "a late put cannot revive it");
+    }
+
+    #[test]
+    fn a_closed_pool_reserves_nothing_and_counts_what_still_boots() {
+        let t = VmTable::new(2);
+        assert_eq!(t.reserve(Lang::Node), 2);
+        t.close_pool();
+        assert_eq!(t.reserve(Lang::Python), 0);
+        assert_eq!(t.warming_total(), 2, "creates under way are not forgotten");
+        t.boot_failed(Lang::Node);
+        t.booted(&id("late"), Lang::Node);
+        assert_eq!(t.warming_total(), 1);
+        t.pool(&id("late"));
+        assert_eq!(t.warming_total(), 0);
+        assert_eq!(t.ids(), vec![id("late")], "it is in the table for shutdown");
+    }
+
+    #[test]
+    fn a_sandbox_id_never_shows_in_debug_output() {
+        assert_eq!(format!("{:?}", id("secret-vm")), "SandboxId(..)");
+    }
+}
