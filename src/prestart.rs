@@ -24,7 +24,7 @@ const RELAY_FORK_SH: &str = include_str!("../guest/prestart/relay_fork.sh");
 const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
 const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 
-/// The daemon's deadline on a relay exec, past the call's own: the relay
+/// The deadline a relay exec is sent with, past the call's own. The relay
 /// enforces the call's budget itself (and kills the interpreter's session,
 /// which the daemon's deadline would not reach), so the daemon's is only
 /// the backstop.

@@ -34,7 +34,7 @@ pub(crate) const MAX_ARCHIVES: usize = 2;
 pub(crate) const MAX_ARCHIVE_BYTES: usize = 32 << 20;
 /// Raw bytes per read exec and per planted chunk: a multiple of 3, so the
 /// base64 slices join without padding, and 960 KiB as base64, under the
-/// daemon's 1 MiB stdout cut.
+/// stream cap (asserted below).
 pub(crate) const SLICE: usize = 720 * 1024;
 const _: () = assert!(SLICE % 3 == 0 && SLICE / 3 * 4 < guest::DAEMON_STREAM_CAP);
 /// Planted chunks written at once: as many calls as the daemon runs in

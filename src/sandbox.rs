@@ -17,8 +17,8 @@ use crate::bus::{Bus, BusError, UNSUPPORTED};
 pub const INSTALL_HINT: &str =
     "iii-sandbox is not installed or not connected; add it with `iii trigger compose::add worker=iii-sandbox`";
 
-/// Extra bus deadline beyond an exec's own budget, so the daemon's S200
-/// (with its S-code) arrives before our client-side timeout would.
+/// Extra bus deadline beyond an exec's own budget. It lets the daemon's
+/// S200 (with its S-code) arrive before our client-side timeout would.
 const EXEC_GRACE: Duration = Duration::from_secs(30);
 /// Deadline of the quick calls (create, stop, list, fs).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(60);

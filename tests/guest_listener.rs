@@ -12,10 +12,12 @@ mod common;
 
 use std::time::Duration;
 
+use code_runner_conformance::standin::wait::until;
+use code_runner_conformance::suite::case::UrlVia;
+use code_runner_conformance::suite::env::{WorkerCommand, WorkerProcess};
 use common::Harness;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
 /// What the guest listener says to a connection carrying `token`: the
@@ -150,36 +152,28 @@ async fn the_issues_python_breach_fails() {
     h.finish(0).await;
 }
 
-/// Reads the worker's stderr until every `wanted` line fragment appeared
-/// (or 20 s passed); returns what was read.
-async fn boot_log(args: &[&str], env: &[(&str, &str)], wanted: &[&str]) -> String {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"));
-    cmd.args(args)
-        .env_remove("III_URL")
-        .env_remove("III_GUEST_URL")
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("worker starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !wanted.iter().all(|w| seen.contains(w)) {
-        match tokio::time::timeout_at(deadline, lines.next_line()).await {
-            Ok(Ok(Some(line))) => {
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            _ => break,
-        }
-    }
-    let _ = child.kill().await;
-    seen
+/// Starts the worker with `url` (and `guest_url` as `III_GUEST_URL`) and
+/// reads its log until every `wanted` line fragment appeared (or 20 s
+/// passed); returns what was read.
+async fn boot_log(url: &str, guest_url: Option<&str>, wanted: &[&str]) -> String {
+    let mut worker = WorkerProcess::spawn_with_env(
+        &WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner")),
+        url,
+        UrlVia::Flag,
+        None,
+        guest_url.map(str::to_string),
+        &[("RUST_LOG", "info")],
+    )
+    .expect("worker starts");
+    until(Duration::from_secs(20), || {
+        let log = worker.log();
+        let met = wanted.iter().all(|x| log.contains(x));
+        async move { met }
+    })
+    .await;
+    let log = worker.log();
+    worker.kill().await;
+    log
 }
 
 const NO_LISTENER: &str = "no guest listener (guest_url) is configured";
@@ -188,12 +182,7 @@ const REACHABLE: &str = "is reachable from guest code";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boot_warns_when_guests_can_reach_every_sandbox() {
     // Default URL (127.0.0.1) and no guest listener: both warnings.
-    let log = boot_log(
-        &["--url", "ws://127.0.0.1:1"],
-        &[],
-        &[NO_LISTENER, REACHABLE],
-    )
-    .await;
+    let log = boot_log("ws://127.0.0.1:1", None, &[NO_LISTENER, REACHABLE]).await;
     assert!(log.contains(NO_LISTENER), "{log}");
     assert!(log.contains(REACHABLE), "{log}");
     assert!(
@@ -203,8 +192,8 @@ async fn boot_warns_when_guests_can_reach_every_sandbox() {
 
     // The recommended layout: neither.
     let log = boot_log(
-        &["--url", "ws://127.0.0.2:1"],
-        &[("III_GUEST_URL", "ws://127.0.0.1:2")],
+        "ws://127.0.0.2:1",
+        Some("ws://127.0.0.1:2"),
         &["guests connect through the guest listener"],
     )
     .await;
@@ -218,9 +207,8 @@ async fn boot_warns_when_guests_can_reach_every_sandbox() {
 
 #[test]
 fn guest_listener_config_prints_the_engine_block() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-        .args(["guest-listener-config", "--port", "49135"])
-        .output()
+    let out = WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner"))
+        .output(["guest-listener-config", "--port", "49135"])
         .expect("runs");
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();

@@ -24,7 +24,7 @@ fn sources_under(dir: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files = Vec::new();
     walk(&root, &mut files);
-    assert!(files.len() > 10, "found the sources under {dir}");
+    assert!(files.len() > 3, "found the sources under {dir}");
     files
         .into_iter()
         .map(|p| {
@@ -247,4 +247,194 @@ fn every_ui_module_states_its_job_and_stays_under_600_lines(#[case] dir: &str) {
         assert!(lines <= 600, "{dir}/{name} has {lines} lines");
     }
     assert!(seen > 0, "found the sources under {dir}");
+}
+
+/// Every module that takes, builds or decodes JSON, whole crate, by the
+/// same syntax check: the edges `ARCHITECTURE.md` names and no other.
+#[test]
+fn only_the_edges_know_json() {
+    let edges = [
+        "functions/",
+        "wire.rs",
+        // Transports: the engine's and the daemon's wire formats.
+        "bus.rs",
+        "sandbox.rs",
+        "error.rs",
+        // Answers to the engine's hook calls on the guest listener, and
+        // the configuration worker's values: edges of their own.
+        "guest_access.rs",
+        "guest_access/",
+        "settings.rs",
+        "events.rs",
+        // The frames guest code writes and the relay's requests, and the
+        // operator's JSON views.
+        "guest.rs",
+        "prestart.rs",
+        "python_sdk.rs",
+        "stats.rs",
+        "ui.rs",
+    ];
+    let mut found = Vec::new();
+    for (file, text) in sources() {
+        if edges
+            .iter()
+            .any(|e| file == *e || (e.ends_with('/') && file.starts_with(e)))
+        {
+            continue;
+        }
+        let uses = json_use(&text);
+        if !uses.is_empty() {
+            found.push(format!("{file}: {uses:?}"));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+/// Method calls on a field named `sandbox` or `api` (the sandbox client),
+/// and every mention of the `SandboxApi` trait.
+#[derive(Default)]
+struct SandboxClientUse(Vec<String>);
+
+impl<'ast> syn::visit::Visit<'ast> for SandboxClientUse {
+    fn visit_expr_method_call(&mut self, c: &'ast syn::ExprMethodCall) {
+        if let syn::Expr::Field(f) = &*c.receiver {
+            if let syn::Member::Named(name) = &f.member {
+                if name == "sandbox" || name == "api" {
+                    self.0.push(format!("{name}.{}()", c.method));
+                }
+            }
+        }
+        syn::visit::visit_expr_method_call(self, c);
+    }
+
+    fn visit_path_segment(&mut self, s: &'ast syn::PathSegment) {
+        if s.ident == "SandboxApi" {
+            self.0.push("SandboxApi".into());
+        }
+        syn::visit::visit_path_segment(self, s);
+    }
+}
+
+fn sandbox_client_use(text: &str) -> Vec<String> {
+    let file = syn::parse_file(text).expect("the worker's sources parse");
+    let mut v = SandboxClientUse::default();
+    syn::visit::visit_file(&mut v, &file);
+    v.0
+}
+
+/// Every `sandbox::*` call goes through the one door (`runtime/daemon`),
+/// which charges it: no other module holds the client or calls it.
+/// `sandbox.rs` defines it; `main.rs` builds it and `runtime/mod.rs` hands
+/// it to the door.
+#[test]
+fn only_the_daemon_door_calls_the_sandbox_client() {
+    for (file, text) in sources() {
+        let uses = sandbox_client_use(&text);
+        match file.as_str() {
+            "sandbox.rs" | "main.rs" => {}
+            "runtime/daemon.rs" => assert!(!uses.is_empty(), "the door calls the client"),
+            "runtime/mod.rs" => assert_eq!(uses, vec!["SandboxApi".to_string()], "{file}"),
+            _ => assert_eq!(
+                uses,
+                Vec::<String>::new(),
+                "{file} calls the sandbox client"
+            ),
+        }
+    }
+    assert_eq!(
+        sandbox_client_use("fn f(m: &M) { m.sandbox.stop(id); me.api.exec(a, b); }").len(),
+        2
+    );
+}
+
+/// Constants whose doc's first sentence speaks of the daemon and whose
+/// value is a number written out.
+#[derive(Default)]
+struct DaemonNumbers(Vec<String>);
+
+impl<'ast> syn::visit::Visit<'ast> for DaemonNumbers {
+    fn visit_item_const(&mut self, c: &'ast syn::ItemConst) {
+        let doc: String = c
+            .attrs
+            .iter()
+            .filter(|a| a.path().is_ident("doc"))
+            .map(|a| quote_tokens(&a.meta))
+            .collect();
+        let mut lits = IntLiterals(0);
+        syn::visit::visit_expr(&mut lits, &c.expr);
+        let first = doc.split(". ").next().unwrap_or_default().to_lowercase();
+        if first.contains("daemon") && lits.0 > 0 {
+            self.0.push(c.ident.to_string());
+        }
+        syn::visit::visit_item_const(self, c);
+    }
+}
+
+struct IntLiterals(usize);
+
+impl<'ast> syn::visit::Visit<'ast> for IntLiterals {
+    fn visit_lit_int(&mut self, _: &'ast syn::LitInt) {
+        self.0 += 1;
+    }
+}
+
+fn quote_tokens(meta: &syn::Meta) -> String {
+    match meta {
+        syn::Meta::NameValue(nv) => match &nv.value {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => s.value(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+fn daemon_numbers(text: &str) -> Vec<String> {
+    let file = syn::parse_file(text).expect("the worker's sources parse");
+    let mut v = DaemonNumbers::default();
+    syn::visit::visit_file(&mut v, &file);
+    v.0
+}
+
+/// The daemon's numbers (its stream cut, exec ceiling, execs per sandbox)
+/// are stated once, in `daemon_limits`, with where each came from; every
+/// other module derives from that table.
+#[test]
+fn the_daemons_numbers_live_in_one_table() {
+    for (file, text) in sources() {
+        if file == "daemon_limits.rs" {
+            continue;
+        }
+        assert_eq!(
+            daemon_numbers(&text),
+            Vec::<String>::new(),
+            "{file} states a daemon number of its own"
+        );
+    }
+    assert_eq!(
+        daemon_numbers(
+            "/// The daemon's cut.\nconst CUT: usize = 1 << 20;\n/// Ours.\nconst N: u8 = 2;"
+        ),
+        vec!["CUT".to_string()]
+    );
+}
+
+/// `WorkerProcess` (and its `WorkerCommand`) is the one way the tests and
+/// benches start the worker binary, whether to serve or to print.
+#[test]
+fn the_worker_binary_is_started_only_through_worker_process() {
+    for dir in ["tests", "benches"] {
+        for (file, text) in sources_under(dir) {
+            if file == "layering.rs" {
+                continue;
+            }
+            let compact: String = text.split_whitespace().collect();
+            assert!(
+                !compact.contains("Command::new(env!(\"CARGO_BIN_EXE_sandbox-code-runner\")"),
+                "{dir}/{file} spawns the worker itself"
+            );
+        }
+    }
 }

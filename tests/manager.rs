@@ -1074,3 +1074,90 @@ async fn a_create_refused_while_an_own_stop_lingers_waits_for_that_stop() {
     assert_eq!(out["stdout"], "4\n");
     assert_eq!(w.sandbox.live(), 0);
 }
+
+// ---- every VM has one owner: the table, the lease, the one stop ----
+
+/// A VM still booting for the warm pool when the shutdown's budget runs
+/// out is reported as left (so the process exits non-zero), not forgotten.
+#[tokio::test]
+async fn a_shutdown_during_a_pool_warm_up_reports_the_vm_left() {
+    let w = pooled(1);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.create_gate.lock().unwrap() = Some(gate.clone());
+    w.manager.start_pool();
+    assert!(
+        eventually(|| w.sandbox.creates_waiting.load(Ordering::SeqCst) == 2).await,
+        "both languages' creates are under way"
+    );
+    let report = w.manager.shutdown_within(Duration::from_millis(300)).await;
+    assert_eq!(report.left, 2, "{report:?}");
+    assert!(!report.is_clean());
+    // Once the daemon answers, nothing is kept: a shutdown finds them.
+    *w.sandbox.create_gate.lock().unwrap() = None;
+    gate.notify_waiters();
+    assert!(eventually(|| w.sandbox.live() == 2).await);
+    let again = w.manager.shutdown().await;
+    assert_eq!((again.stopped, again.left), (2, 0), "{again:?}");
+    assert_eq!(w.sandbox.live(), 0);
+}
+
+/// A run whose caller gave up (its future dropped mid-exec) still stops
+/// its VM: the lease it held schedules the stop when dropped.
+#[tokio::test]
+async fn a_run_whose_caller_gave_up_still_stops_its_vm() {
+    let w = world();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.exec_gate.lock().unwrap() = Some(gate);
+    functions::publish_all(w.bus.as_ref(), &w.manager);
+    let bus = w.bus.clone();
+    let run = tokio::spawn(async move {
+        bus.call_published(functions::RUN, json!({"lang": "python", "code": "x"}))
+            .await
+    });
+    assert!(eventually(|| w.sandbox.execs_in_flight() == 1).await);
+    run.abort();
+    assert!(
+        eventually(|| w.sandbox.live() == 0).await,
+        "the dropped lease stopped the VM"
+    );
+    assert_eq!(
+        counts(&w, "run").1,
+        4,
+        "create, exec, lifeline and the stop are all the run's"
+    );
+}
+
+/// The shutdown and the boot's orphan sweep are operations like the rest:
+/// their `sandbox::*` calls are charged, to `shutdown` and `sweep`.
+#[tokio::test]
+async fn shutdown_and_the_orphan_sweep_are_charged() {
+    let w = world();
+    kept(&w, "x = 1").await;
+    kept(&w, "y = 2").await;
+    let report = w.manager.shutdown().await;
+    assert_eq!(report.stopped, 2);
+    assert_eq!(counts(&w, "shutdown"), (1, 2, 0), "one stop per VM");
+
+    // A predecessor of the same owner crashed with a VM running (its
+    // manager never dropped, as in a crash); the next process sweeps it.
+    let process = || World {
+        manager: Manager::new(
+            w.sandbox.clone(),
+            w.bus.clone(),
+            Config {
+                warm_pool: 0,
+                ..Config::default()
+            },
+            VmNaming::new("test-owner"),
+            "ws://127.0.0.1:49134".into(),
+        ),
+        sandbox: w.sandbox.clone(),
+        bus: w.bus.clone(),
+    };
+    let crashed = process();
+    kept(&crashed, "z = 3").await;
+    std::mem::forget(crashed.manager);
+    let next = process();
+    assert_eq!(next.manager.sweep_orphans().await.unwrap(), 1);
+    assert_eq!(counts(&next, "sweep"), (1, 2, 0), "one list, one stop");
+}

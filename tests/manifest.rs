@@ -1,6 +1,7 @@
 //! `iii.worker.yaml` stays true to the code: its config defaults are the
 //! worker's, its functions are the ones published, and it names its daemon.
 
+use code_runner_conformance::suite::env::WorkerCommand;
 use sandbox_code_runner::config::Config;
 use serde_yaml::Value;
 
@@ -92,9 +93,8 @@ fn the_guest_listener_section_is_the_codes() {
     let cmd = g["config_command"].as_str().expect("config_command");
     let mut words = cmd.split_whitespace();
     assert_eq!(words.next(), Some("sandbox-code-runner"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox-code-runner"))
-        .args(words)
-        .output()
+    let out = WorkerCommand::program(env!("CARGO_BIN_EXE_sandbox-code-runner"))
+        .output(words)
         .expect("runs");
     assert!(out.status.success(), "{cmd} fails");
     let printed = String::from_utf8_lossy(&out.stdout);

@@ -323,9 +323,4 @@ impl Manager {
     pub fn runtime_count(&self) -> usize {
         lock(&self.records).runtime_count()
     }
-
-    /// VMs in the table, in any state (for tests: what shutdown would walk).
-    pub fn vm_count(&self) -> usize {
-        self.vms.table().ids().len()
-    }
 }

@@ -38,7 +38,7 @@ impl Drop for RefillOnDrop {
 }
 
 /// How long a create refused for capacity waits for this worker's own
-/// unconfirmed stops (each is the daemon's grace, ~200 ms) before it drains
+/// unconfirmed stops (each lasts a stop's grace, ~200 ms) before it drains
 /// the pool.
 const STOP_PATIENCE: Duration = Duration::from_secs(5);
 

@@ -27,6 +27,12 @@ pub struct FakeSandbox {
     next: AtomicUsize,
     /// What the next creates fail with, while set.
     pub create_error: Mutex<Option<SandboxError>>,
+    /// While set, creates wait here until it is notified (each create
+    /// waits for one `notify_one`); `creates_waiting` counts them.
+    pub create_gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
+    pub creates_waiting: AtomicUsize,
+    /// While set, execs (not lifelines) wait here until it is notified.
+    pub exec_gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
     /// What `list` fails with, while set.
     pub list_error: Mutex<Option<SandboxError>>,
     /// The most VMs alive at once (S400 past it), while set.
@@ -96,6 +102,9 @@ impl FakeSandbox {
             live: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(1),
             create_error: Mutex::new(None),
+            create_gate: Mutex::new(None),
+            creates_waiting: AtomicUsize::new(0),
+            exec_gate: Mutex::new(None),
             list_error: Mutex::new(None),
             capacity: Mutex::new(None),
             exec: Mutex::new(Arc::new(|p: &ExecParams| {
@@ -127,6 +136,11 @@ impl FakeSandbox {
         );
         *self.held_stop.lock().unwrap() = Some((id.into(), entered.clone(), release.clone()));
         (entered, release)
+    }
+
+    /// Execs (not lifelines) running now.
+    pub fn execs_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
     }
 
     /// The live VMs' ids.
@@ -228,6 +242,12 @@ pub fn daemon(code: &str, message: &str) -> SandboxError {
 impl SandboxApi for FakeSandbox {
     async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
         self.record(format!("create {}", p.image));
+        let gate = self.create_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            self.creates_waiting.fetch_add(1, Ordering::SeqCst);
+            gate.notified().await;
+            self.creates_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
         if let Some(e) = self.create_error.lock().unwrap().clone() {
             return Err(e);
         }
@@ -254,6 +274,10 @@ impl SandboxApi for FakeSandbox {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::task::yield_now().await;
+        let gate = self.exec_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
         // The sleep is the behaviour under test: an exec takes time, so
         // overlapping execs would be seen by `max_in_flight`.
         if !self.exec_time.is_zero() {

@@ -30,6 +30,20 @@ impl WorkerCommand {
         }
     }
 
+    /// Runs the command once with `args` appended (a subcommand that prints
+    /// and exits, such as `guest-listener-config`) and collects its output.
+    pub fn output<I, S>(&self, args: I) -> std::io::Result<std::process::Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        std::process::Command::new(&self.program)
+            .args(&self.args)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+    }
+
     /// The workspace's `sandbox-code-runner`: `$SANDBOX_CODE_RUNNER_BIN`
     /// when set, else the one next to the running executable
     /// (`target/<profile>/`), built with cargo when it is missing.
