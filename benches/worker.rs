@@ -358,6 +358,10 @@ fn main() {
             }
         }
     }
+    // ---- issue 33: parallel calls of one function, one slot against several ----
+    if group_enabled("fan_in") {
+        fan_in::fan_in(&rt);
+    }
     if group_enabled("kept_memory") {
         scaling::kept_memory(&rt, &url, &client);
     }

@@ -48,6 +48,13 @@ pub struct Config {
     /// request instead of starting one. Each call still gets a fresh
     /// process. Off: every call starts its interpreter (the old path).
     pub prestart: bool,
+    /// Calls of one namespace runtime that run at once, each in its own
+    /// fresh interpreter process; the rest queue per caller and are served
+    /// in turn. The default is the daemon's execs per sandbox less the one
+    /// the worker keeps for its own (a registration's check, an SDK
+    /// install). 1 serves one call at a time. Runs into one kept runtime
+    /// are always one at a time.
+    pub handler_concurrency: usize,
     /// How deep guest runs may nest (a run started by guest code is one
     /// level deeper than the code that started it).
     pub guest_max_run_depth: u32,
@@ -100,6 +107,7 @@ impl Default for Config {
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
             prestart: true,
+            handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value - 1,
             guest_max_subscriptions: 8,
             guest_max_registrations: 64,
             daemon_max_sandboxes: 32,
@@ -145,6 +153,9 @@ impl Config {
         }
         if let Some(url) = &config.guest_url {
             check_guest_url(url)?;
+        }
+        if config.handler_concurrency == 0 {
+            return Err("handler_concurrency must be at least 1".into());
         }
         if !(0.0..=1.0).contains(&config.guest_max_share) {
             return Err("guest_max_share must be between 0.0 and 1.0".into());

@@ -172,12 +172,22 @@ fn without_engine_fields(mut payload: Value) -> Value {
 /// What a caller of a published handler passed: any JSON, with the
 /// engine's bookkeeping already removed.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct HandlerPayload(Value);
+pub(crate) struct HandlerPayload(Value, Option<String>);
 
 impl HandlerPayload {
     /// Decodes a handler call at the edge.
     pub(crate) fn decode(payload: Value) -> HandlerPayload {
-        HandlerPayload(without_engine_fields(payload))
+        let caller = payload
+            .get("_caller_worker_id")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        HandlerPayload(without_engine_fields(payload), caller)
+    }
+
+    /// Who called, as the engine says (its `_caller_worker_id`): what the
+    /// runtime's queue tells callers apart by.
+    pub(crate) fn caller(&self) -> Option<&str> {
+        self.1.as_deref()
     }
 
     /// The tenant's payload, as its handler receives it.

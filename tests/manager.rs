@@ -1161,3 +1161,85 @@ async fn shutdown_and_the_orphan_sweep_are_charged() {
     assert_eq!(next.manager.sweep_orphans().await.unwrap(), 1);
     assert_eq!(counts(&next, "sweep"), (1, 2, 0), "one list, one stop");
 }
+
+// ---- a namespace runtime serves its callers in parallel, in turn ----
+
+/// Up to `handler_concurrency` calls of one runtime run at once (each its
+/// own exec); more wait for a slot.
+#[rstest]
+#[case::default(3)]
+#[case::one_at_a_time(1)]
+#[tokio::test]
+async fn calls_of_one_runtime_run_in_parallel_up_to_its_slots(#[case] slots: usize) {
+    let w = world_with(Config {
+        warm_pool: 0,
+        prestart: false,
+        handler_concurrency: slots,
+        ..Config::default()
+    });
+    register(
+        &w,
+        json!({"function_id": "par::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            w.bus
+                .call_published("par::f", json!({"n": i, "_caller_worker_id": "w1"}))
+        })
+        .collect();
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(r.unwrap(), json!({"doubled": 42}));
+    }
+    assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), slots);
+}
+
+/// One caller's burst does not hold back another caller's single call: it
+/// is served after one round of slots, not after the whole burst.
+#[tokio::test]
+async fn a_callers_burst_delays_another_callers_call_by_one_round() {
+    let w = world_with(Config {
+        warm_pool: 0,
+        prestart: false,
+        handler_concurrency: 2,
+        ..Config::default()
+    });
+    register(
+        &w,
+        json!({"function_id": "fair::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.exec_gate.lock().unwrap() = Some(gate.clone());
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let call = |who: &'static str, i: usize| {
+        let (bus, order) = (w.bus.clone(), order.clone());
+        tokio::spawn(async move {
+            bus.call_published("fair::f", json!({"i": i, "_caller_worker_id": who}))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(who);
+        })
+    };
+    let mut tasks: Vec<_> = (0..10).map(|i| call("burst", i)).collect();
+    assert!(eventually(|| w.sandbox.execs_in_flight() == 2).await);
+    tasks.push(call("single", 0));
+    // Let every call through, one at a time, and see where "single" lands.
+    for _ in 0..11 {
+        gate.notify_one();
+        let done = order.lock().unwrap().len();
+        assert!(eventually(|| order.lock().unwrap().len() > done).await);
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let at = order.iter().position(|w| *w == "single").unwrap();
+    assert!(
+        at <= 3,
+        "the single call waited {at} calls of the burst (2 slots): {order:?}"
+    );
+}

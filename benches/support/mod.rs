@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod double_exec;
+pub mod fan_in;
 pub mod floor;
 pub mod guest_middleware;
 pub mod prestart;

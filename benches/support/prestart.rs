@@ -84,7 +84,7 @@ fn bootstrap_ratio(a: &[f64], b: &[f64]) -> (f64, f64) {
 
 /// Times `with` and `without` alternately, `n` rounds, both orders in turn
 /// (each side returns the ms it measured itself).
-async fn paired_ratio<A, FA, B, FB>(id: &str, limit: f64, n: usize, with: A, without: B)
+pub(super) async fn paired_ratio<A, FA, B, FB>(id: &str, limit: f64, n: usize, with: A, without: B)
 where
     A: FnMut() -> FA,
     FA: std::future::Future<Output = f64>,
@@ -107,9 +107,9 @@ where
 }
 
 /// One stack with its worker (`prestart` on or off) and the echo.
-struct Side {
-    stack: Stack,
-    client: IIIClient,
+pub(super) struct Side {
+    pub(super) stack: Stack,
+    pub(super) client: IIIClient,
     pong: FunctionRef,
     worker: Worker,
 }
@@ -125,7 +125,7 @@ const PRESTARTED: &str = "prestart: true\n";
 const COLD_SAME_STOP: &str = "prestart: false\n";
 
 impl Side {
-    async fn start(mode: &str) -> Side {
+    pub(super) async fn start(mode: &str) -> Side {
         let layout = ListenerLayout::guarded("sandbox-code-runner", 0, false);
         let stack = Stack::start_with_layout(hermetic_options(), layout)
             .await
@@ -151,13 +151,13 @@ impl Side {
     }
 
     /// One timed call, in ms.
-    async fn timed(&self, function_id: &str, payload: Value) -> f64 {
+    pub(super) async fn timed(&self, function_id: &str, payload: Value) -> f64 {
         let t = Instant::now();
         must(&self.client, function_id, payload).await;
         t.elapsed().as_secs_f64() * 1e3
     }
 
-    async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.worker.stop().await;
         self.pong.unregister();
         self.client.shutdown_async().await;

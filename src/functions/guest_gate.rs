@@ -93,6 +93,12 @@ fn classify(m: &Manager, function_id: &str, namespace: Option<&str>) -> CallTarg
     }
 }
 
+/// The namespace whose runtime the calling guest runs in, if it is a
+/// namespace runtime's (its token says so in the connection's context).
+fn own_namespace(context: Option<&Value>) -> Option<&str> {
+    context?.get("namespace")?.as_str()
+}
+
 /// One guest call, decided by `guest_policy` and carried out.
 async fn gate(m: Arc<Manager>, bus: Arc<dyn Bus>, input: Value) -> Result<Value, WorkerError> {
     let input: MiddlewareInput = crate::wire::decode(input)?;
@@ -132,21 +138,21 @@ async fn gate(m: Arc<Manager>, bus: Arc<dyn Bus>, input: Value) -> Result<Value,
             .await
             .map_err(WorkerError::Relayed);
     }
-    // A call into this worker's handlers holds one of its tenant's call
-    // slots for as long as the handler works on it, whatever the routing:
-    // a void call is awaited here, in the background, with its slot held.
+    // A call into this worker's handlers is served here, in-process, as
+    // the guest's tenant: it holds one of its tenant's call slots for as
+    // long as the handler works on it, whatever the routing (a void call is
+    // awaited in the background, its slot held), and queues for the
+    // runtime in its tenant's turn. A handler calling its own namespace is
+    // a nested call: it never queues behind the slot it may itself hold.
     let permit = m.tenants().admit_call(&guest)?;
+    let nested = own_namespace(input.context.as_ref())
+        .is_some_and(|ns| ns == policy::namespace_of(&input.function_id));
     let forward = async move {
         let _permit = permit;
-        bus.forward(
-            &input.function_id,
-            input.payload,
-            Routing::Wait,
-            None,
-            budget,
-        )
-        .await
-        .map_err(WorkerError::Relayed)
+        let payload = crate::wire::HandlerPayload::decode(input.payload);
+        let totals = m.stats().handler_call.clone();
+        let call = m.invoke_for_guest(&input.function_id, payload, &guest.lineage, nested);
+        Ok(crate::metering::metered(&totals, call).await?)
     };
     match routing {
         Routing::Wait => forward.await,

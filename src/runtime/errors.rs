@@ -202,6 +202,9 @@ pub enum HandlerCallError {
         exit_code: Option<i32>,
         stderr: String,
     },
+    /// A handler called its own runtime while every slot was held.
+    #[error("a self-call found all {slots} slots of its runtime held")]
+    SelfCallCapacity { slots: usize },
 }
 
 impl From<HandlerCallError> for WorkerError {
@@ -227,6 +230,10 @@ impl From<HandlerCallError> for WorkerError {
             HandlerCallError::NoResult { exit_code, stderr } => WorkerError::HandlerError(format!(
                 "handler process ended (exit {exit_code:?}) without a result: {}",
                 tail(&stderr, 2000)
+            )),
+            HandlerCallError::SelfCallCapacity { slots } => WorkerError::Capacity(format!(
+                "a handler called its own runtime while all {slots} of its calls \
+                 (handler_concurrency) were running; it would wait on itself"
             )),
         }
     }

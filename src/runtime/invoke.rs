@@ -13,11 +13,23 @@ use crate::guest::{self, Frame, InvokeMode};
 use crate::wire::HandlerPayload;
 use serde_json::Value;
 
+/// Where a call of a published handler comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOrigin {
+    /// A caller on the bus: it queues for a slot in its turn.
+    Caller,
+    /// A handler of the same runtime (a self-call): it never queues, since
+    /// the slot it would wait for may be held by the call waiting on it.
+    Nested,
+}
+
 /// One call of a published handler: a fresh interpreter in its runtime.
 pub(super) async fn call(
     m: &Manager,
     function_id: &str,
     payload: HandlerPayload,
+    caller: &str,
+    how: CallOrigin,
 ) -> Result<Value, HandlerCallError> {
     let rt = lock(&m.records)
         .serving(function_id)
@@ -28,7 +40,15 @@ pub(super) async fn call(
         .ok_or(HandlerCallError::Unregistered)?;
     let budget = m.config.clamp_timeout(None);
     let secret = guest::new_secret();
-    let slot = rt.slot.lock().await;
+    let slot = match &how {
+        CallOrigin::Caller => rt.slots.acquire(caller).await,
+        CallOrigin::Nested => rt
+            .slots
+            .try_acquire()
+            .ok_or(HandlerCallError::SelfCallCapacity {
+                slots: rt.slots.size(),
+            })?,
+    };
     let timed = inventory::Timed::start(&rt.meta);
     let p = guest::invoke_exec(
         rt.lang,

@@ -232,6 +232,14 @@ impl VmLease {
         self.vms.table.take_waiting(&self.id)
     }
 
+    pub(crate) fn interpreter_returned(&self) {
+        self.vms.table.returned(&self.id);
+    }
+
+    pub(crate) fn may_start_interpreter(&self) -> bool {
+        self.vms.table.may_start_interpreter(&self.id)
+    }
+
     pub(crate) fn put_waiting(&self, generation: u64) {
         self.vms.table.put_waiting(&self.id, generation);
     }

@@ -47,6 +47,7 @@ mod records;
 mod run;
 mod sdk;
 mod shutdown;
+mod slots;
 mod sweep;
 mod teardown;
 mod vms;
@@ -59,6 +60,7 @@ pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;
 pub use shutdown::ShutdownReport;
 
+use invoke::CallOrigin;
 use lease::Vms;
 use records::{NamespaceGate, Records};
 
@@ -190,13 +192,35 @@ impl Manager {
         publish::register(self, caller, fid, handler, edge).await
     }
 
-    /// One call of a published handler.
+    /// One call of a published handler, from a caller on the bus: it
+    /// queues in the caller's turn (the engine's `_caller_worker_id`).
     pub(crate) async fn invoke(
         &self,
         function_id: &str,
         payload: HandlerPayload,
     ) -> Result<serde_json::Value, HandlerCallError> {
-        invoke::call(self, function_id, payload).await
+        let caller = format!("worker:{}", payload.caller().unwrap_or_default());
+        invoke::call(self, function_id, payload, &caller, CallOrigin::Caller).await
+    }
+
+    /// One call of a published handler by guest code of `lineage`, served
+    /// in-process by the guest middleware: it queues in its tenant's turn,
+    /// or, made by a handler of the same namespace (`nested`), takes a free
+    /// slot at once or is refused (see `invoke::CallOrigin::Nested`).
+    pub(crate) async fn invoke_for_guest(
+        &self,
+        function_id: &str,
+        payload: HandlerPayload,
+        lineage: &crate::tenancy::Lineage,
+        nested: bool,
+    ) -> Result<serde_json::Value, HandlerCallError> {
+        let caller = format!("guest:{}", lineage.as_str());
+        let how = if nested {
+            CallOrigin::Nested
+        } else {
+            CallOrigin::Caller
+        };
+        invoke::call(self, function_id, payload, &caller, how).await
     }
 
     pub(crate) async fn teardown_runtime(

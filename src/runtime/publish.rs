@@ -22,6 +22,9 @@ use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
 use crate::tenancy::Caller;
 
+/// Registrations queue for a namespace runtime's slots as one caller.
+const REGISTRATIONS: &str = "registrations";
+
 /// Why installing a handler did not finish.
 enum InstallError {
     /// The namespace VM was reaped.
@@ -186,7 +189,14 @@ async fn namespace_runtime(
     })?;
     let id = RuntimeId::generate();
     let token = m.mint_guest_token(Some(ns), &admitted);
-    let rt = Runtime::new(id, acquired.vm, Some(ns.clone()), token, admitted);
+    let rt = Runtime::new(
+        id,
+        acquired.vm,
+        Some(ns.clone()),
+        m.config.handler_concurrency,
+        token,
+        admitted,
+    );
     if rt.owner.is_some() && !lineage::lives(m, &rt.lineage) {
         // Its root ended while the VM booted: nobody could reach it.
         rt.vm.stop().await;
@@ -225,7 +235,7 @@ async fn install_handler(
     let budget = m.config.clamp_timeout(None);
     let seq = m.seq.fetch_add(1, Ordering::Relaxed);
     let path = guest::handler_module_path(rt.lang, seq, fid.as_str());
-    let slot = rt.slot.lock().await;
+    let slot = rt.slots.acquire(REGISTRATIONS).await;
     let gone_or = |e: SandboxError| {
         if e.is_gone() {
             InstallError::Gone

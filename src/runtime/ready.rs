@@ -35,7 +35,10 @@ pub(super) async fn exec_call(
     let lang = vm.lang();
     let again = then == Then::ServesAgain;
     let Some(waiting) = vm.take_waiting() else {
-        return cold(vm, p, again).await;
+        // Another call may have the interpreter (a runtime serves several
+        // at once): only with none out may this one start the next.
+        let start_next = again && vm.may_start_interpreter();
+        return cold(vm, p, start_next).await;
     };
     // Python's fork server serves every call of the VM; a node interpreter
     // serves one, and the next one starts as it ends.
@@ -51,6 +54,7 @@ pub(super) async fn exec_call(
         None => None,
     };
     waiting_after(vm, keeps, &relayed);
+    vm.interpreter_returned();
     match prestart::verdict(relayed?, timeout_ms) {
         Verdict::Ran(out) => Ok(out),
         Verdict::TimedOut(e) => Err(e),
@@ -62,7 +66,7 @@ pub(super) async fn exec_call(
             if restart {
                 vm.forget_waiting();
             }
-            cold(vm, p, restart).await
+            cold(vm, p, restart && vm.may_start_interpreter()).await
         }
     }
 }

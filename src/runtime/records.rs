@@ -11,6 +11,7 @@ use crate::tenancy::{Admission, Lineage, Permit, RunPermit};
 
 use super::inventory;
 use super::lease::VmLease;
+use super::slots::Slots;
 
 /// One VM that outlives a call: a kept run's, or a namespace's.
 pub(super) struct Runtime {
@@ -19,8 +20,8 @@ pub(super) struct Runtime {
     pub(super) vm: VmLease,
     pub(super) lang: Lang,
     pub(super) namespace: Option<Namespace>,
-    /// One exec at a time: the VM's single slot.
-    pub(super) slot: tokio::sync::Mutex<()>,
+    /// Calls that run at once, and the queue of the rest.
+    pub(super) slots: Arc<Slots>,
     /// Published function id → module path inside the VM.
     pub(super) functions: Mutex<HashMap<String, String>>,
     /// Its guests' token on the guest listener; revoked when it is forgotten.
@@ -48,6 +49,7 @@ impl Runtime {
         id: RuntimeId,
         vm: VmLease,
         namespace: Option<Namespace>,
+        slots: usize,
         token: Option<TokenLease>,
         admitted: Admission,
     ) -> Arc<Runtime> {
@@ -57,7 +59,7 @@ impl Runtime {
             lang: vm.lang(),
             vm,
             namespace,
-            slot: tokio::sync::Mutex::new(()),
+            slots: Slots::new(slots),
             functions: Mutex::new(HashMap::new()),
             token: Mutex::new(token),
             owner: admitted.owner,

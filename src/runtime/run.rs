@@ -19,6 +19,9 @@ use crate::sandbox::{ExecOutput, ExecParams};
 use crate::tenancy::Caller;
 use crate::wire::RunResponse;
 
+/// The one caller of a kept runtime's slot: whoever holds its id.
+const KEPT_RUNS: &str = "kept runs";
+
 fn response(m: &Manager, out: ExecOutput, runtime_id: Option<String>) -> RunResponse {
     let cap = m.config.max_stream_bytes;
     RunResponse {
@@ -115,7 +118,8 @@ pub(super) async fn fresh(
     }
     if keep && out.exit_code == Some(0) {
         let id = RuntimeId::generate();
-        let rt = Runtime::new(id.clone(), vm, None, token, admitted);
+        // Runs into one kept runtime stay one at a time (docs/contract.md).
+        let rt = Runtime::new(id.clone(), vm, None, 1, token, admitted);
         rt.meta.used(Duration::from_millis(out.duration_ms));
         lock(&m.records).adopt(rt.clone());
         inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
@@ -164,7 +168,7 @@ pub(super) async fn in_runtime(
         return Err(RunError::LangMismatch { runs: rt.lang });
     }
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
-    let slot = rt.slot.lock().await;
+    let slot = rt.slots.acquire(KEPT_RUNS).await;
     let timed = inventory::Timed::start(&rt.meta);
     let outcome = async {
         if !rt.vm.has_sdk() && guest::names_iii(code) {

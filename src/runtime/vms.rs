@@ -73,6 +73,10 @@ struct Vm {
     /// No tenant code has run in it yet: what it installs may be archived.
     pristine: bool,
     waiting: Option<Waiting>,
+    /// Interpreters taken by calls still running: while one is out, no
+    /// other call may start a replacement (a spawn ends every other
+    /// server, the lent one included).
+    lent: usize,
 }
 
 #[derive(Default)]
@@ -129,6 +133,7 @@ impl VmTable {
             sdk: false,
             pristine: true,
             waiting: None,
+            lent: 0,
         };
         self.lock().vms.insert(id.clone(), vm);
     }
@@ -228,6 +233,7 @@ impl VmTable {
                 sdk: false,
                 pristine: true,
                 waiting: None,
+                lent: 0,
             },
         );
     }
@@ -359,9 +365,30 @@ impl VmTable {
         t.generations
     }
 
-    /// The interpreter waiting in the VM, now the caller's.
+    /// The interpreter waiting in the VM, now the caller's (lent until
+    /// `returned`).
     pub(crate) fn take_waiting(&self, id: &SandboxId) -> Option<Waiting> {
-        self.lock().vms.get_mut(id).and_then(|vm| vm.waiting.take())
+        let mut t = self.lock();
+        let vm = t.vms.get_mut(id)?;
+        let w = vm.waiting.take()?;
+        vm.lent += 1;
+        Some(w)
+    }
+
+    /// A call that took an interpreter is done with it.
+    pub(crate) fn returned(&self, id: &SandboxId) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            vm.lent = vm.lent.saturating_sub(1);
+        }
+    }
+
+    /// Whether a call may start an interpreter for the next one: nothing
+    /// waits and none is out with another call.
+    pub(crate) fn may_start_interpreter(&self, id: &SandboxId) -> bool {
+        self.lock()
+            .vms
+            .get(id)
+            .is_some_and(|vm| vm.waiting.is_none() && vm.lent == 0)
     }
 
     /// Generation `generation` waits in the VM. A VM that is stopping or
