@@ -17,6 +17,9 @@ pub struct Config {
     pub idle_ttl_secs: u64,
     /// Per-stream cap on stdout/stderr returned to callers; 0 disables it.
     pub max_stream_bytes: usize,
+    /// Largest `result` a run answers, as JSON bytes; over it the value is
+    /// replaced whole by seed 001's omission marker. 0 disables the cap.
+    pub max_result_bytes: usize,
     /// Budget of the one-time Python SDK install in a runtime; never charged
     /// to a caller's `timeout_ms`.
     pub sdk_install_timeout_ms: u64,
@@ -99,6 +102,7 @@ impl Default for Config {
             max_timeout_ms: 30_000,
             idle_ttl_secs: 900,
             max_stream_bytes: 16_384,
+            max_result_bytes: 32_768,
             sdk_install_timeout_ms: 120_000,
             vm_owner: None,
             warm_pool: 1,

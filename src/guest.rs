@@ -104,6 +104,23 @@ pub fn run_exec(lang: Lang, code: &str, timeout_ms: u64) -> ExecParams {
     }
 }
 
+/// [`run_exec`] whose wrapper reports the code's value in a result frame
+/// carrying `secret` (`run_result`), sized against `max_result_bytes`.
+pub(crate) fn run_exec_with_result(
+    lang: Lang,
+    code: &str,
+    timeout_ms: u64,
+    secret: &str,
+    max_result_bytes: usize,
+) -> ExecParams {
+    let mut p = run_exec(lang, code, timeout_ms);
+    p.env
+        .insert("SCR_RESULT_SECRET".to_string(), secret.to_string());
+    p.env
+        .insert("SCR_RESULT_MAX".to_string(), max_result_bytes.to_string());
+    p
+}
+
 /// Whether a handler exec only loads and checks the module, or calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InvokeMode {

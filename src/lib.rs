@@ -21,6 +21,7 @@ pub mod nodelay;
 mod notified;
 mod prestart;
 mod python_sdk;
+mod run_result;
 pub mod runtime;
 pub mod sandbox;
 pub mod settings;

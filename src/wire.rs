@@ -47,6 +47,12 @@ pub struct RunResponse {
     pub exit_code: i64,
     pub success: bool,
     pub duration_ms: u64,
+    /// The completion value: what node code returned (code that is an
+    /// async function body: `return x`) or what python code assigned to
+    /// `result`. Null when there is none, when JSON cannot represent it, or
+    /// when the run failed; over `max_result_bytes` it is replaced whole by
+    /// an `<omitted: …>` marker string. Always present.
+    pub result: serde_json::Value,
     /// Present only when the run addresses a runtime that outlives the call
     /// (a successful `keep: true` run, or an echoed `runtime_id`). A secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +269,7 @@ mod tests {
             exit_code: 0,
             success: true,
             duration_ms: 1,
+            result: Value::Null,
             runtime_id: Some(secret.clone()),
         };
         let td_req: TeardownRequest = decode(json!({"runtime_id": secret})).unwrap();
@@ -346,11 +353,17 @@ mod tests {
             exit_code: 0,
             success: true,
             duration_ms: 1,
+            result: Value::Null,
             runtime_id: None,
         };
         assert!(serde_json::to_value(&r)
             .unwrap()
             .get("runtime_id")
             .is_none());
+        assert_eq!(
+            serde_json::to_value(&r).unwrap().get("result"),
+            Some(&Value::Null),
+            "a null result is present"
+        );
     }
 }

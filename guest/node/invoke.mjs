@@ -24,31 +24,6 @@ async function readStdin() {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-// Built before any user code runs, from references the handler cannot
-// replace afterwards; the secret lives only in this closure.
-function frameWriter(secret) {
-  const writeSync = fs.writeSync.bind(fs);
-  const toBuffer = Buffer.from.bind(Buffer);
-  const stringify = JSON.stringify;
-  let sent = false;
-  return {
-    get sent() { return sent; },
-    send(kind, json) {
-      if (sent) return;
-      sent = true;
-      const buf = toBuffer(`\x1eSCR1 ${secret} ${kind} ${kind === 'ok' ? json : stringify(json)}\n`);
-      for (let off = 0; off < buf.length;) {
-        try {
-          off += writeSync(1, buf, off, buf.length - off);
-        } catch (e) {
-          if (e.code !== 'EAGAIN') throw e;
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
-        }
-      }
-    },
-  };
-}
-
 function clip(s) {
   s = String(s);
   return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}…[truncated]` : s;

@@ -1,10 +1,17 @@
 // sandbox-code-runner: node RUN wrapper.
 // argv: node --input-type=module -e <this file>   (cwd /tmp)
-// stdin: the user's code, verbatim.  env: III_URL, SCR_WORKER_NAME.
+// stdin: the user's code, verbatim.  env: III_URL, SCR_WORKER_NAME,
+// SCR_RESULT_SECRET (read and removed before the code runs).
 // The user's code runs as an ES module from a real file so that top-level
 // await works and bare imports resolve through /tmp/node_modules and
-// /node_modules like `node main.mjs` would. Its stdout/stderr and exit code
-// are its own; an uncaught throw prints Node's usual report and exits 1.
+// /node_modules like `node main.mjs` would. Code that is an async function
+// body (it parses as one: no static import/export, and a top-level `return`
+// is allowed) runs as that body inside the same module file, and what it
+// returns is the run's `result`; other code runs as the module it is.
+// The code is parsed once to tell, never run twice. Its stdout/stderr and
+// exit code are its own; an uncaught throw prints Node's usual report and
+// exits 1. On a normal end the last stdout line is the result frame
+// (`\n\x1eSCR1 <secret> result <json>`), which the worker takes off.
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +20,38 @@ import { inspect } from 'node:util';
 import { pathToFileURL } from 'node:url';
 
 // (the shared prelude, guest/node/shared.mjs, is prepended to this file by the worker)
+
+const AsyncFunction = (async () => {}).constructor;
+
+// Whether `code` is an async function body (parsing only: the Function
+// constructor compiles, it does not run).
+function isFunctionBody(code) {
+  try {
+    new AsyncFunction(code);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// The result frame's JSON: the value, null when JSON cannot represent it;
+// past `max` bytes only its size and shape (the worker writes the marker).
+function resultJson(value, max) {
+  let json;
+  try {
+    json = JSON.stringify(value);
+  } catch {
+    json = undefined;
+  }
+  if (json === undefined) return ['result', 'null'];
+  if (max > 0 && Buffer.byteLength(json) > max) {
+    const shape = Array.isArray(value) ? { array: value.length }
+      : typeof value === 'string' ? { string: value.length }
+        : value && typeof value === 'object' ? { object: Object.keys(value).length } : {};
+    return ['result_omitted', JSON.stringify({ bytes: Buffer.byteLength(json), ...shape })];
+  }
+  return ['result', json];
+}
 
 async function readStdin() {
   const chunks = [];
@@ -24,8 +63,14 @@ async function readStdin() {
 // ahead and calls it (its last line, `await main();`, is the cold start's).
 async function main() {
   asGuest(1000, 1000); // the node image's node user
+  const secret = process.env.SCR_RESULT_SECRET;
+  const maxResult = Number(process.env.SCR_RESULT_MAX || 0);
+  delete process.env.SCR_RESULT_SECRET;
+  delete process.env.SCR_RESULT_MAX;
+  const frame = secret ? frameWriter(secret, '\n') : null;
   dropEvalGlobals(builtinModules);
   const code = await readStdin();
+  const body = isFunctionBody(code);
   const iiiGlobal = installIii(code, 'sandbox-code-runner:run');
 
   // Next to the cwd so that relative imports and import.meta behave as for a
@@ -39,19 +84,24 @@ async function main() {
     try { if (Date.now() - fs.statSync(path.join(dir, f)).mtimeMs > 60_000) fs.unlinkSync(path.join(dir, f)); } catch { /* raced */ }
   }
   const file = path.join(dir, `.scr-run-${randomBytes(6).toString('hex')}.mjs`);
-  fs.writeFileSync(file, code, { mode: 0o600, flag: 'wx' });
+  // A body keeps its line numbers: the opening goes on its first line.
+  const text = body ? `export default await (async () => {${code}\n})();\n` : code;
+  fs.writeFileSync(file, text, { mode: 0o600, flag: 'wx' });
   const removeFile = () => { try { fs.unlinkSync(file); } catch { /* already gone */ } };
   process.on('exit', removeFile); // process.exit() in user code skips the finally below
 
   await iiiGlobal.ready;
   let failure = null;
+  let returned;
   try {
-    await import(pathToFileURL(file).href);
+    const mod = await import(pathToFileURL(file).href);
+    if (body) returned = mod.default;
   } catch (e) {
     failure = { e };
   } finally {
     removeFile();
   }
+  if (frame && !failure) frame.send(...resultJson(returned, maxResult));
   if (!(await iiiGlobal.close(2000))) process.exit(failure ? 1 : (process.exitCode ?? 0));
   // Rethrown to the top level so Node prints its usual uncaught-error report and exits 1.
   if (failure) throw failure.e;

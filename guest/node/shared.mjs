@@ -197,3 +197,30 @@ function installIii(sourceText, defaultName) {
   }
   return { ready, close };
 }
+
+// A writer of the wrapper's one frame on stdout (`\x1eSCR1 <secret> <kind>
+// <json>`), built before any user code runs, from references that code
+// cannot replace afterwards; the secret lives only in this closure. `ok` and
+// `result` bodies come as JSON text already.
+function frameWriter(secret, lead = '') {
+  const writeSync = fs.writeSync.bind(fs);
+  const toBuffer = Buffer.from.bind(Buffer);
+  const stringify = JSON.stringify;
+  let sent = false;
+  return {
+    get sent() { return sent; },
+    send(kind, json) {
+      if (sent) return;
+      sent = true;
+      const buf = toBuffer(`${lead}\x1eSCR1 ${secret} ${kind} ${kind === 'ok' || kind.startsWith('result') ? json : stringify(json)}\n`);
+      for (let off = 0; off < buf.length;) {
+        try {
+          off += writeSync(1, buf, off, buf.length - off);
+        } catch (e) {
+          if (e.code !== 'EAGAIN') throw e;
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+        }
+      }
+    },
+  };
+}

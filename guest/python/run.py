@@ -1,9 +1,13 @@
 # sandbox-code-runner: python RUN wrapper.
 # argv: python3 -Ic <this file>   (cwd /tmp)
-# stdin: the user's code, verbatim.  env: III_URL, SCR_WORKER_NAME.
+# stdin: the user's code, verbatim.  env: III_URL, SCR_WORKER_NAME,
+# SCR_RESULT_SECRET and SCR_RESULT_MAX (read and removed before the code runs).
 # The code runs as the script `main.py` in a fresh __main__ module: its
 # stdout/stderr are its own, sys.exit(n) exits n, and an uncaught exception
 # prints the usual traceback (without this wrapper's frames) and exits 1.
+# What the module assigned to `result` is the run's `result`: on a normal
+# end the last stdout line is the result frame
+# (`\n\x1eSCR1 <secret> result <json>`), which the worker takes off.
 
 
 # (the shared prelude, guest/python/shared.py, is prepended to this file by the worker)
@@ -20,12 +24,38 @@ class _MainSource:
         return self._text
 
 
+def _result_frame(secret, limit, value, json):
+    """The result frame's bytes: the value as JSON (null when JSON cannot
+    represent it); past `limit` bytes only its size and shape."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = "null"
+    kind, body = "result", text
+    size = len(text.encode("utf-8"))
+    if limit > 0 and size > limit:
+        shape = {"bytes": size}
+        if isinstance(value, (list, tuple)):
+            shape["array"] = len(value)
+        elif isinstance(value, dict):
+            shape["object"] = len(value)
+        elif isinstance(value, str):
+            shape["string"] = len(value)
+        kind, body = "result_omitted", json.dumps(shape)
+    return ("\n\x1eSCR1 %s %s %s\n" % (secret, kind, body)).encode("utf-8")
+
+
 def _main():
     _as_guest(1000, 100)  # the python image's python-user (group users)
     import builtins
+    import json
     import os
     import sys
     import types
+
+    secret = os.environ.pop("SCR_RESULT_SECRET", None)
+    limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
+    write = os.write
 
     data = sys.stdin.buffer.read()
     close_iii = _install_iii("sandbox-code-runner:run")
@@ -61,6 +91,16 @@ def _main():
         else:
             sys.excepthook(type(e), e, tb)
         rc = 1
+
+    ended_well = rc == 0 and (exit_exc is None or exit_exc.code in (None, 0))
+    if secret and ended_well:
+        frame = _result_frame(secret, limit, main.__dict__.get("result"), json)
+        try:
+            sys.stdout.flush()
+            while frame:
+                frame = frame[write(1, frame):]
+        except Exception:
+            pass  # stdout is gone: there is nobody to tell
 
     if not close_iii(2.0):
         # The client did not shut down in time: leave without waiting for it.

@@ -193,7 +193,7 @@ impl Manager {
     }
 
     /// One call of a published handler, from a caller on the bus: it
-    /// queues in the caller's turn (the engine's `_caller_worker_id`).
+    /// queues in the caller's turn (`HandlerPayload::caller`).
     pub(crate) async fn invoke(
         &self,
         function_id: &str,

@@ -15,6 +15,7 @@ use crate::events::EventKind;
 use crate::guest;
 use crate::guest_access::TokenLease;
 use crate::ids::{Lang, RuntimeId};
+use crate::run_result;
 use crate::sandbox::{ExecOutput, ExecParams};
 use crate::tenancy::Caller;
 use crate::wire::RunResponse;
@@ -22,14 +23,28 @@ use crate::wire::RunResponse;
 /// The one caller of a kept runtime's slot: whoever holds its id.
 const KEPT_RUNS: &str = "kept runs";
 
-fn response(m: &Manager, out: ExecOutput, runtime_id: Option<String>) -> RunResponse {
+/// One run's exec, with a fresh secret for its result frame.
+fn run_exec(m: &Manager, lang: Lang, code: &str, timeout_ms: u64) -> (ExecParams, String) {
+    let secret = guest::new_secret();
+    let p = guest::run_exec_with_result(lang, code, timeout_ms, &secret, m.config.max_result_bytes);
+    (p, secret)
+}
+
+fn response(m: &Manager, out: ExecOutput, secret: &str, runtime_id: Option<String>) -> RunResponse {
     let cap = m.config.max_stream_bytes;
+    let (stdout, completion) = run_result::take(&out.stdout, secret);
+    let success = out.exit_code == Some(0);
+    let result = match completion {
+        Some(c) if success => run_result::capped(c, m.config.max_result_bytes),
+        _ => serde_json::Value::Null,
+    };
     RunResponse {
-        stdout: guest::cap_stream(&out.stdout, cap, "stdout"),
+        stdout: guest::cap_stream(&stdout, cap, "stdout"),
         stderr: guest::cap_stream(&out.stderr, cap, "stderr"),
         exit_code: out.exit_code.map(i64::from).unwrap_or(-1),
-        success: out.exit_code == Some(0),
+        success,
         duration_ms: out.duration_ms,
+        result,
         runtime_id,
     }
 }
@@ -66,6 +81,7 @@ pub(super) async fn fresh(
     let uses_iii = guest::names_iii(code);
     // One token per run; a kept run's becomes its runtime's.
     let token = m.mint_guest_token(None, &admitted);
+    let (p, secret) = run_exec(m, lang, code, timeout_ms);
     let mut attempt = 0;
     let (vm, out, line) = loop {
         attempt += 1;
@@ -82,7 +98,7 @@ pub(super) async fn fresh(
             }
             vm.tenant_code_ran();
             let then = if keep { Then::ServesAgain } else { Then::Done };
-            let p = with_token(guest::run_exec(lang, code, timeout_ms), token.as_ref());
+            let p = with_token(p.clone(), token.as_ref());
             ready::exec_call(m, &vm, p, then)
                 .await
                 .map_err(|e| RunError::Exec(daemon(e)))
@@ -124,7 +140,7 @@ pub(super) async fn fresh(
         lock(&m.records).adopt(rt.clone());
         inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
         tracing::info!(lang = %lang, "kept a runtime");
-        return Ok(response(m, out, Some(id.expose().to_string())));
+        return Ok(response(m, out, &secret, Some(id.expose().to_string())));
     }
     // One-shot, or a failed keep run: the VM never serves anyone again,
     // and its token is revoked before the caller hears back.
@@ -141,7 +157,7 @@ pub(super) async fn fresh(
     } else {
         stop_oneshot(m, vm, line).await;
     }
-    Ok(response(m, out, None))
+    Ok(response(m, out, &secret, None))
 }
 
 /// The stop of a one-shot VM: the response waits until the VM is gone
@@ -168,6 +184,7 @@ pub(super) async fn in_runtime(
         return Err(RunError::LangMismatch { runs: rt.lang });
     }
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
+    let (p, secret) = run_exec(m, rt.lang, code, timeout_ms);
     let slot = rt.slots.acquire(KEPT_RUNS).await;
     let timed = inventory::Timed::start(&rt.meta);
     let outcome = async {
@@ -177,7 +194,7 @@ pub(super) async fn in_runtime(
                 .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
         }
         rt.vm.tenant_code_ran();
-        let p = for_runtime(&rt, guest::run_exec(rt.lang, code, timeout_ms));
+        let p = for_runtime(&rt, p);
         ready::exec_call(m, &rt.vm, p, Then::ServesAgain)
             .await
             .map_err(|e| RunError::Exec(daemon(e)))
@@ -186,7 +203,7 @@ pub(super) async fn in_runtime(
     drop(timed);
     drop(slot);
     match outcome {
-        Ok(out) => Ok(response(m, out, Some(id.expose().to_string()))),
+        Ok(out) => Ok(response(m, out, &secret, Some(id.expose().to_string()))),
         Err(e) if e.vm_gone() => {
             teardown::expire(m, &rt);
             Err(RunError::Expired)

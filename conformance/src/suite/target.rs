@@ -4,7 +4,8 @@
 //! A case's `requires` entries are checked against the profile:
 //! - `name`: the feature is present and truthy (not `false`, `null`, `0`, `""`);
 //! - `!name`: the feature is absent or falsy;
-//! - `name=value`: the feature's value, as text, equals `value`;
+//! - `name=value`: the feature's value, as text, equals `value` (a list
+//!   value: one of its entries does, for a target that does each);
 //! - `name<=n` / `name>=n`: the feature is a number within that bound (an
 //!   implementation-defined bound such as a size limit).
 //!
@@ -215,6 +216,8 @@ impl Target {
         let value = self.profile.get(name).map(|f| &f.value);
         let number = |v: &Value, w: &str| v.as_f64().zip(w.parse::<f64>().ok());
         let holds = match (wanted, value) {
+            // A list: the target does each of them (node code in either form).
+            (Some((Compare::Equals, w)), Some(Value::Array(vs))) => vs.iter().any(|v| text(v) == w),
             (Some((Compare::Equals, w)), Some(v)) => text(v) == w,
             (Some((Compare::AtMost, w)), Some(v)) => number(v, w).is_some_and(|(v, w)| v <= w),
             (Some((Compare::AtLeast, w)), Some(v)) => number(v, w).is_some_and(|(v, w)| v >= w),
