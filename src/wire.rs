@@ -73,6 +73,66 @@ pub struct RegisterRequest {
     /// Shown by `engine::functions::info`.
     #[serde(default)]
     pub description: Option<String>,
+    /// Optional JSON Schema object for the payload (at most 16 KiB, and it
+    /// must constrain something: `type`, `properties`, `$ref`, …); shown by
+    /// `engine::functions::info` in place of "any", not enforced.
+    #[serde(default)]
+    pub request_format: Option<Value>,
+    /// Optional JSON Schema for the handler's return value; same rules as
+    /// `request_format`.
+    #[serde(default)]
+    pub response_format: Option<Value>,
+}
+
+/// What callers of a published function are shown: its description and
+/// schemas, as the registration gave them (checked at the edge).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Shown {
+    pub description: Option<String>,
+    pub request_format: Option<Value>,
+    pub response_format: Option<Value>,
+}
+
+/// Largest `request_format` / `response_format`, as JSON.
+pub(crate) const MAX_FORMAT_BYTES: usize = 16 * 1024;
+
+/// Keywords that make a schema constrain something.
+const CONSTRAINING: [&str; 10] = [
+    "type",
+    "properties",
+    "$ref",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "items",
+    "required",
+];
+
+/// A registration's `field` schema, checked by seed 001's rules: a JSON
+/// object of at most 16 KiB that constrains something. `None` and `null`
+/// mean none.
+pub(crate) fn check_format(
+    field: &str,
+    schema: Option<Value>,
+) -> Result<Option<Value>, WorkerError> {
+    let Some(schema) = schema.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let Value::Object(map) = &schema else {
+        return Err(WorkerError::invalid(field, "must be a JSON Schema object"));
+    };
+    if serde_json::to_string(&schema).map_or(0, |t| t.len()) > MAX_FORMAT_BYTES {
+        return Err(WorkerError::invalid(field, "is larger than 16 KiB"));
+    }
+    if !CONSTRAINING.iter().any(|k| map.contains_key(*k)) {
+        return Err(WorkerError::invalid(
+            field,
+            "must constrain something (type, properties, $ref, enum, …); leave it out for any",
+        ));
+    }
+    Ok(Some(schema))
 }
 
 /// Output of `sandbox-code-runner::register_function`.

@@ -10,7 +10,7 @@ use crate::error::WorkerError;
 use crate::ids::Lang;
 use crate::metering::metered;
 use crate::runtime::Manager;
-use crate::wire::HandlerPayload;
+use crate::wire::{HandlerPayload, Shown};
 
 /// The spec and handler of a published tenant function `function_id`. The
 /// handler holds the manager weakly: a published function does not keep a
@@ -19,13 +19,13 @@ pub(crate) fn edge(
     manager: Weak<Manager>,
     function_id: &str,
     lang: Lang,
-    description: Option<String>,
+    shown: Shown,
 ) -> (FunctionSpec, Handler) {
     let spec = FunctionSpec {
         id: function_id.to_string(),
-        description,
-        request_format: None,
-        response_format: None,
+        description: shown.description,
+        request_format: shown.request_format,
+        response_format: shown.response_format,
         metadata: Some(serde_json::json!({
             "worker": "sandbox-code-runner",
             "lang": lang.as_str(),

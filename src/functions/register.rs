@@ -7,7 +7,7 @@ use crate::error::WorkerError;
 use crate::ids::FunctionId;
 use crate::runtime::{Handler, Manager, MAX_DESCRIPTION_BYTES, MAX_SOURCE_BYTES};
 use crate::tenancy::Caller;
-use crate::wire::{decode, schema_of, RegisterRequest, RegisterResponse};
+use crate::wire::{check_format, decode, schema_of, RegisterRequest, RegisterResponse, Shown};
 
 pub fn spec() -> FunctionSpec {
     FunctionSpec {
@@ -48,10 +48,15 @@ pub async fn handle(
             "is longer than 4096 bytes",
         ));
     }
+    let shown = Shown {
+        description: req.description,
+        request_format: check_format("request_format", req.request_format)?,
+        response_format: check_format("response_format", req.response_format)?,
+    };
     let handler = Handler {
         lang: req.lang,
         source: req.source,
-        description: req.description,
+        shown,
     };
     m.register_as(caller, fid, handler, super::handler_call::edge)
         .await

@@ -21,6 +21,7 @@ use crate::guest_policy::NamespaceOwner;
 use crate::ids::{FunctionId, Lang, Namespace, RuntimeId};
 use crate::sandbox::SandboxError;
 use crate::tenancy::Caller;
+use crate::wire::Shown;
 
 /// Registrations queue for a namespace runtime's slots as one caller.
 const REGISTRATIONS: &str = "registrations";
@@ -74,19 +75,19 @@ fn owned_by_another(
 }
 
 /// What a registration publishes: a handler's language, source and
-/// description, validated at the edge.
+/// description and schemas, validated at the edge.
 pub struct Handler {
     pub lang: Lang,
     pub source: String,
-    pub description: Option<String>,
+    /// What callers are shown: description and schemas.
+    pub shown: Shown,
 }
 
 /// Builds what the bus serves for one published function (its spec and
-/// handler, for an id, its language and description): the edge's code
+/// handler, for an id, its language and what callers are shown): the edge's code
 /// (`functions::handler_call`), handed in so the manager never names the
 /// edge nor builds bus JSON.
-pub type HandlerEdge =
-    fn(Weak<Manager>, &str, Lang, Option<String>) -> (FunctionSpec, crate::bus::Handler);
+pub type HandlerEdge = fn(Weak<Manager>, &str, Lang, Shown) -> (FunctionSpec, crate::bus::Handler);
 
 /// Publishes a handler for `caller`, served on the bus by what `edge`
 /// builds (the edge owns decoding a call's JSON; the manager does not).
@@ -103,14 +104,14 @@ pub(super) async fn register(
     let Handler {
         lang,
         source,
-        description,
+        shown,
     } = handler;
     let source = source.as_str();
     let id = fid.as_str().to_string();
     if !lock(&m.records).reserve(&id) {
         return Err(RegisterError::IdTaken);
     }
-    let result = register_reserved(m, caller, &fid, lang, source, description, edge).await;
+    let result = register_reserved(m, caller, &fid, lang, source, shown, edge).await;
     lock(&m.records).unreserve(&id);
     result
 }
@@ -121,7 +122,7 @@ async fn register_reserved(
     fid: &FunctionId,
     lang: Lang,
     source: &str,
-    description: Option<String>,
+    shown: Shown,
     edge: HandlerEdge,
 ) -> Result<(), RegisterError> {
     let id = fid.as_str();
@@ -135,7 +136,7 @@ async fn register_reserved(
     // A reaped namespace runtime is replaced once, transparently.
     for attempt in 0..2 {
         let (rt, fresh) = namespace_runtime(m, caller, fid.namespace(), lang).await?;
-        match install_handler(m, &rt, fid, source, description.clone(), edge).await {
+        match install_handler(m, &rt, fid, source, shown.clone(), edge).await {
             Err(InstallError::Gone) if attempt == 0 => {
                 teardown::expire(m, &rt);
                 continue;
@@ -224,7 +225,7 @@ async fn install_handler(
     rt: &Arc<Runtime>,
     fid: &FunctionId,
     source: &str,
-    description: Option<String>,
+    shown: Shown,
     edge: HandlerEdge,
 ) -> Result<(), InstallError> {
     if lock(&rt.functions).len() >= MAX_FUNCTIONS_PER_RUNTIME {
@@ -293,7 +294,7 @@ async fn install_handler(
     let id = fid.as_str().to_string();
     lock(&rt.functions).insert(id.clone(), path);
     lock(&m.records).serve(&id, rt);
-    let (spec, handler) = edge(m.me.clone(), &id, rt.lang, description);
+    let (spec, handler) = edge(m.me.clone(), &id, rt.lang, shown);
     m.bus.publish(spec, handler);
     tracing::info!(function_id = fid.as_str(), lang = %rt.lang, "published a handler");
     inventory::lifecycle(m, EventKind::FunctionRegistered, rt, Some(fid.as_str()));
