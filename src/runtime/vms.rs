@@ -502,6 +502,24 @@ mod tests {
     }
 
     #[test]
+    fn no_interpreter_starts_while_another_call_has_one_out() {
+        let t = VmTable::new(0);
+        t.insert(&id("vm"), Lang::Python, VmState::Runtime);
+        assert!(t.may_start_interpreter(&id("vm")), "nothing waits, none out");
+        let g = t.next_generation();
+        t.put_waiting(&id("vm"), g);
+        assert!(!t.may_start_interpreter(&id("vm")), "one waits");
+        assert!(t.take_waiting(&id("vm")).is_some());
+        assert!(
+            !t.may_start_interpreter(&id("vm")),
+            "a concurrent call must not spawn: it would end the lent server"
+        );
+        assert_eq!(t.take_waiting(&id("vm")), None, "the next call runs cold");
+        t.returned(&id("vm"));
+        assert!(t.may_start_interpreter(&id("vm")));
+    }
+
+    #[test]
     fn a_closed_pool_reserves_nothing_and_counts_what_still_boots() {
         let t = VmTable::new(2);
         assert_eq!(t.reserve(Lang::Node), 2);
