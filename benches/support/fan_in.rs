@@ -56,12 +56,69 @@ async fn register(side: &Side, fid: &str, lang: Lang, src: &str) {
     }
 }
 
+/// The daemon's default `memory_mb` (docs/sandbox.md): what a VM with
+/// every slot busy must stay inside, with a quarter to spare.
+const VM_MEMORY_MIB: f64 = 512.0;
+
+/// Proportional memory (MiB) of the interpreters of one VM on this host
+/// (the double's VMs are host processes): calls running, the pre-started
+/// ones waiting, their relays.
+fn interpreters_pss_mib() -> f64 {
+    let markers = [
+        "HANDLER wrapper",
+        "pre-started python interpreter",
+        "/tmp/.scr/pre/ready.mjs",
+        "SCR-RELAY",
+    ];
+    let mut pids: Vec<String> = markers
+        .iter()
+        .flat_map(|m| code_runner_conformance::standin::host::pids_with(m))
+        .collect();
+    pids.sort();
+    pids.dedup();
+    pids.iter()
+        .filter_map(|pid| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            let line = text.lines().find(|l| l.starts_with("Pss:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .sum::<f64>()
+        / 1024.0
+}
+
+/// The most memory one runtime's interpreters hold while a burst keeps
+/// every slot busy (sampled every 10 ms, untimed).
+async fn busy_memory(side: &Side, fid: &str, lang: Lang) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sample = async {
+        let mut most: f64 = 0.0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            most = most.max(interpreters_pss_mib());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        most
+    };
+    let burst = async {
+        burst_p50(side, fid, CALLERS).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    let (most, ()) = tokio::join!(sample, burst);
+    record_bounded(
+        &format!("fan_in/busy_vm_interpreters_pss_mib/{}", lang.as_str()),
+        most,
+        VM_MEMORY_MIB * 0.75,
+    );
+}
+
 /// `fan_in_parallel_io` and `fan_in_parallel_cpu` for `lang`.
 async fn parallel(parallel: &Side, single: &Side, lang: Lang, work: &str, limit: f64) {
     let fid = format!("bench-fan-{work}-{}::f", lang.as_str());
     let src = source(lang, work);
     register(parallel, &fid, lang, &src).await;
     register(single, &fid, lang, &src).await;
+    if work == "io" {
+        busy_memory(parallel, &fid, lang).await;
+    }
     let rounds = pairs(ROUNDS).min(ROUNDS * 4);
     paired_ratio(
         &format!("fan_in_parallel_{work}/{}", lang.as_str()),

@@ -505,7 +505,10 @@ mod tests {
     fn no_interpreter_starts_while_another_call_has_one_out() {
         let t = VmTable::new(0);
         t.insert(&id("vm"), Lang::Python, VmState::Runtime);
-        assert!(t.may_start_interpreter(&id("vm")), "nothing waits, none out");
+        assert!(
+            t.may_start_interpreter(&id("vm")),
+            "nothing waits, none out"
+        );
         let g = t.next_generation();
         t.put_waiting(&id("vm"), g);
         assert!(!t.may_start_interpreter(&id("vm")), "one waits");
