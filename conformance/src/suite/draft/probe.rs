@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 
 use crate::suite::errors::{classify, Observed};
 
+mod concurrency;
+mod forms;
 mod inventory;
 mod register;
 use register::registrations;
@@ -114,6 +116,7 @@ pub(crate) async fn probe(
     }
     if has("register_function") {
         registrations(&mut p).await;
+        concurrency::concurrency(&mut p).await;
         if has("list_runtimes") {
             inventory::inventory(&mut p).await;
         }
@@ -255,6 +258,7 @@ async fn runs(p: &mut Prober<'_>) {
         p.note("node", Prober::yes_no(js), how);
         p.note("langs", format!("[{}]", langs.join(", ")), how);
     }
+    forms::forms(p, python == Some(true), node == Some(true)).await;
     if python != Some(true) {
         return;
     }
