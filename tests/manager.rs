@@ -674,7 +674,15 @@ async fn a_warm_vm_serves_one_run_and_the_pool_refills() {
 async fn capacity_pressure_drains_the_pool_first() {
     let w = pooled(1);
     w.manager.start_pool();
-    assert!(eventually(|| w.sandbox.live() == 2).await);
+    // Both pooled VMs ready (booted and prepared), not merely created: a
+    // run finding its language's VM still warming would create a third.
+    assert!(
+        eventually(|| {
+            w.manager.pool_ready(Lang::Node) == 1 && w.manager.pool_ready(Lang::Python) == 1
+        })
+        .await
+    );
+    assert_eq!(w.sandbox.live(), 2);
     *w.sandbox.capacity.lock().unwrap() = Some(3);
     let a = metered_run(&w, json!({"lang": "node", "code": "x", "keep": true})).await;
     assert!(a["runtime_id"].is_string());
