@@ -66,15 +66,24 @@ fn spawner(lang: Lang) -> &'static str {
     }
 }
 
+/// How a new waiting interpreter starts among the ones a VM has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Alone: every other waiting server of the VM ends (none is in use).
+    Alone,
+    /// Beside the others, some of which serve calls now (python's fork
+    /// servers, one per call slot; node's spawner never ends a busy one).
+    Beside,
+}
+
 /// The shell command that starts generation `next` of `lang`, `prefix`
 /// (e.g. an `env -u …`) before the interpreter's argv.
-fn spawn_command(lang: Lang, next: u64, prefix: &str) -> String {
-    format!(
-        "{} {} {prefix}{}",
-        spawner(lang),
-        dir(next),
-        interpreter(lang)
-    )
+fn spawn_command(lang: Lang, next: u64, start: Start, prefix: &str) -> String {
+    let spawner = match (lang, start) {
+        (Lang::Python, Start::Beside) => "scr_add",
+        _ => spawner(lang),
+    };
+    format!("{spawner} {} {prefix}{}", dir(next), interpreter(lang))
 }
 
 /// The interpreter command the spawner runs (the harness is `$1` of the
@@ -140,18 +149,18 @@ fn sh(script: String, args: Vec<String>, timeout_ms: u64) -> ExecParams {
 
 /// An exec that only starts a waiting interpreter (generation `next`).
 pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
-    let command = spawn_command(lang, next, "");
+    let command = spawn_command(lang, next, Start::Alone, "");
     shell(lang, command, Vec::new(), 30_000)
 }
 
 /// `p` as it runs today, after starting a waiting interpreter for the next
 /// call. The interpreter must not inherit `p`'s env (the call's token): the
 /// spawner drops each of its keys.
-pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParams {
+pub(crate) fn cold_then_spawn(lang: Lang, next: u64, start: Start, p: ExecParams) -> ExecParams {
     let unset: String = p.env.keys().map(|k| format!("-u {k} ")).collect();
     let command = format!(
         "{}; shift; exec \"$@\"",
-        spawn_command(lang, next, &format!("env {unset}"))
+        spawn_command(lang, next, start, &format!("env {unset}"))
     );
     let mut e = shell(lang, command, p.argv, p.timeout_ms);
     e.stdin = p.stdin;
@@ -161,8 +170,15 @@ pub(crate) fn cold_then_spawn(lang: Lang, next: u64, p: ExecParams) -> ExecParam
 }
 
 /// `p` handed to the interpreter waiting in generation `using` (after
-/// starting generation `next`, when the VM serves later calls).
-pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecParams) -> ExecParams {
+/// starting generation `next`, when the VM serves later calls: `Beside`
+/// other servers, python's `using` is retired at the verdict, since the
+/// spawn does not end it).
+pub(crate) fn relay_exec(
+    lang: Lang,
+    using: u64,
+    next: Option<(u64, Start)>,
+    p: &ExecParams,
+) -> ExecParams {
     let timeout_ms = p.timeout_ms.saturating_add(RELAY_GRACE_MS);
     let mut e = match lang {
         // Python forks a child per call off its waiting server, which takes
@@ -177,11 +193,15 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
                     Vec::new(),
                     timeout_ms,
                 ),
-                Some(n) => {
+                Some((n, start)) => {
+                    let retire = match start {
+                        Start::Beside => format!("scr_retire {}; ", dir(using)),
+                        Start::Alone => String::new(),
+                    };
                     let command = format!(
-                        "{}\nSCR_NEXT='{}'; {relay}",
+                        "{}\nSCR_NEXT='{retire}{}'; {relay}",
                         relay_fork(),
-                        spawn_command(lang, n, "")
+                        spawn_command(lang, n, start, "")
                     );
                     shell(lang, command, Vec::new(), timeout_ms)
                 }
@@ -195,8 +215,11 @@ pub(crate) fn relay_exec(lang: Lang, using: u64, next: Option<u64>, p: &ExecPara
         // functions but no harness: a spawner starts node from the file.
         Lang::Node => {
             let mut command = format!("{}\n", relay_fork());
-            if let Some(n) = next {
-                command.push_str(&format!("SCR_NEXT='{}'; ", spawn_command(lang, n, "")));
+            if let Some((n, start)) = next {
+                command.push_str(&format!(
+                    "SCR_NEXT='{}'; ",
+                    spawn_command(lang, n, start, "")
+                ));
             }
             let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
             command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
@@ -452,7 +475,7 @@ mod tests {
             timeout_ms: 2500,
             workdir: None,
         };
-        let r = relay_exec(Lang::Python, 4, Some(5), &p);
+        let r = relay_exec(Lang::Python, 4, Some((5, Start::Alone)), &p);
         let stdin = r.stdin.unwrap();
         let nl = stdin.iter().position(|b| *b == b'\n').unwrap();
         let header: serde_json::Value = serde_json::from_slice(&stdin[..nl]).unwrap();
@@ -472,6 +495,17 @@ mod tests {
             "{command}"
         );
         assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");
+        // Beside other servers, the replaced one is retired and the next
+        // added without ending the busy ones.
+        let beside = relay_exec(Lang::Python, 4, Some((5, Start::Beside)), &p);
+        assert!(
+            beside.argv[2].contains(
+                r#"SCR_NEXT='scr_retire /tmp/.scr/pre/4; scr_add /tmp/.scr/pre/5 python3 -Ic "$SCR_HARNESS"'"#
+            ),
+            "{}",
+            beside.argv[2]
+        );
+        assert!(!beside.argv[2].contains("scr_spawn /tmp"), "no spawn that ends the others");
         // A relay into a server that stays is builtins only: no spawner, no harness.
         let fast = relay_exec(Lang::Python, 4, None, &p);
         assert_eq!(fast.argv.len(), 3);
@@ -491,7 +525,7 @@ mod tests {
             timeout_ms: 100,
             workdir: Some("/tmp".into()),
         };
-        let e = cold_then_spawn(Lang::Node, 9, p);
+        let e = cold_then_spawn(Lang::Node, 9, Start::Alone, p);
         assert!(e.argv[2]
             .contains("scr_fill /tmp/.scr/pre/9 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
         assert_eq!(&e.argv[5..], ["node", "-e", "W"]);

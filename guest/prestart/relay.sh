@@ -39,6 +39,24 @@ scr_spawn() {
   scr_start "$n" "$@"
 }
 
+# scr_add <dir> <interpreter argv…>: one more python fork server, beside
+# the ones serving calls now: a runtime that runs several calls at once
+# keeps one per call slot (the worker counts them and asks for no more).
+scr_add() {
+  n=$1
+  shift
+  scr_own || return 0
+  scr_start "$n" "$@"
+}
+
+# scr_retire <dir>: ends the fork server of <dir> (run at a relay's verdict,
+# when that server is replaced: it started before the SDK was planted).
+scr_retire() {
+  p=
+  read -r p 2>/dev/null <"$1/pid" && kill -KILL -"$p" 2>/dev/null
+  rm -rf "$1"
+}
+
 # scr_fill <base> <interpreter argv…>: node's: a node interpreter serves one
 # call, and starting one takes longer than a call, so two wait: a call
 # takes one, and the next call, even straight after it, finds the other

@@ -59,7 +59,8 @@ pub(super) async fn call(
         &secret,
         budget,
     );
-    let out = ready::exec_call(m, &rt.vm, for_runtime(&rt, p), Then::ServesAgain).await;
+    let slots = rt.slots.size();
+    let out = ready::exec_call(m, &rt.vm, for_runtime(&rt, p), Then::ServesAgain, slots).await;
     drop(timed);
     drop(slot);
     let out = match out {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::daemon::Daemon;
-use super::vms::{SandboxId, VmState, VmTable, Waiting};
+use super::vms::{SandboxId, StartPlan, VmState, VmTable, Waiting};
 use crate::error::redact_uuids;
 use crate::ids::Lang;
 use crate::metering::{current, OpTotals};
@@ -236,16 +236,26 @@ impl VmLease {
         self.vms.table.returned(&self.id);
     }
 
-    pub(crate) fn may_start_interpreter(&self) -> bool {
-        self.vms.table.may_start_interpreter(&self.id)
+    /// See `VmTable::start_plan`.
+    pub(crate) fn start_plan(&self, most: usize, beside: bool) -> StartPlan {
+        self.vms.table.start_plan(&self.id, most, beside)
+    }
+
+    /// See `VmTable::replace_plan`.
+    pub(crate) fn replace_plan(&self) -> StartPlan {
+        self.vms.table.replace_plan(&self.id)
+    }
+
+    pub(crate) fn started(&self, generation: Option<u64>) {
+        self.vms.table.started(&self.id, generation);
     }
 
     pub(crate) fn put_waiting(&self, generation: u64) {
         self.vms.table.put_waiting(&self.id, generation);
     }
 
-    pub(crate) fn forget_waiting(&self) {
-        self.vms.table.forget_waiting(&self.id);
+    pub(crate) fn forget_waiting(&self, generation: u64) {
+        self.vms.table.forget_waiting(&self.id, generation);
     }
 }
 

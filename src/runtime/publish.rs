@@ -261,7 +261,7 @@ async fn install_handler(
         budget,
     );
     rt.vm.tenant_code_ran();
-    let out = ready::exec_call(m, &rt.vm, for_runtime(rt, check), Then::ServesAgain)
+    let out = ready::exec_call(m, &rt.vm, for_runtime(rt, check), Then::ServesAgain, rt.slots.size())
         .await
         .map_err(gone_or)?;
     drop(slot);

@@ -4,14 +4,16 @@
 //! waiting; a node interpreter serves the call and, in a VM that serves
 //! later calls, the next one starts as it ends. Without one, the call runs
 //! cold as it always did, starting one for the next call. Either way the
-//! call gets a fresh process. Which interpreter waits where is the VM
-//! table's.
+//! call gets a fresh process. Which interpreters wait where is the VM
+//! table's; a runtime that runs several calls at once keeps up to one
+//! python server per call slot, started beside the busy ones.
 
 use super::lease::VmLease;
+use super::vms::StartPlan;
 use super::Manager;
 use crate::error::redact_uuids;
 use crate::ids::Lang;
-use crate::prestart::{self, Verdict};
+use crate::prestart::{self, Start, Verdict};
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 /// Whether the VM serves calls after this one (a kept or namespace
@@ -22,12 +24,14 @@ pub(crate) enum Then {
     Done,
 }
 
-/// One call or run `p` (a wrapper exec of the VM's language) in `vm`.
+/// One call or run `p` (a wrapper exec of the VM's language) in `vm`, a VM
+/// that runs at most `slots` of them at once.
 pub(super) async fn exec_call(
     m: &Manager,
     vm: &VmLease,
     p: ExecParams,
     then: Then,
+    slots: usize,
 ) -> Result<ExecOutput, SandboxError> {
     if !m.config.prestart {
         return vm.exec(p).await;
@@ -35,25 +39,42 @@ pub(super) async fn exec_call(
     let lang = vm.lang();
     let again = then == Then::ServesAgain;
     let Some(waiting) = vm.take_waiting() else {
-        // Another call may have the interpreter (a runtime serves several
-        // at once): only with none out may this one start the next.
-        let start_next = again && vm.may_start_interpreter();
-        return cold(vm, p, start_next).await;
+        return cold(vm, p, again, slots).await;
     };
     // Python's fork server serves every call of the VM; a node interpreter
-    // serves one, and the next one starts as it ends.
+    // serves one, and the next one starts as it ends. A python server that
+    // predates the SDK is replaced: alone when it is the VM's only one,
+    // else beside the others (and retired at the verdict).
     let replaced = lang == Lang::Node || waiting.stale;
-    let next = (again && replaced).then(|| vm.next_generation());
+    let next = (again && replaced).then(|| {
+        let start = match lang {
+            // Node's spawner never ends a busy interpreter.
+            Lang::Node => Start::Alone,
+            Lang::Python => match vm.replace_plan() {
+                StartPlan::Beside => Start::Beside,
+                _ => Start::Alone,
+            },
+        };
+        (vm.next_generation(), start)
+    });
     let timeout_ms = p.timeout_ms;
     let relayed = vm
         .exec(prestart::relay_exec(lang, waiting.generation, next, &p))
         .await;
     let keeps = match next {
-        Some(n) => Some(n),
+        Some((n, _)) => Some(n),
         None if again && !replaced => Some(waiting.generation),
         None => None,
     };
-    waiting_after(vm, keeps, &relayed);
+    let kept = waits_after(keeps, &relayed);
+    match next {
+        Some((_, Start::Beside)) => vm.started(kept),
+        _ => {
+            if let Some(g) = kept {
+                vm.put_waiting(g);
+            }
+        }
+    }
     vm.interpreter_returned();
     match prestart::verdict(relayed?, timeout_ms) {
         Verdict::Ran(out) => Ok(out),
@@ -64,23 +85,46 @@ pub(super) async fn exec_call(
             // that is gone must be started again.
             let restart = again && next.is_none();
             if restart {
-                vm.forget_waiting();
+                vm.forget_waiting(waiting.generation);
             }
-            cold(vm, p, restart && vm.may_start_interpreter()).await
+            cold(vm, p, restart, slots).await
         }
     }
 }
 
 /// `p` as it always ran, starting an interpreter for the next call when
-/// the VM serves again.
-async fn cold(vm: &VmLease, p: ExecParams, again: bool) -> Result<ExecOutput, SandboxError> {
-    let next = again.then(|| vm.next_generation());
+/// the VM serves again and may hold one more (see `VmTable::start_plan`).
+async fn cold(
+    vm: &VmLease,
+    p: ExecParams,
+    again: bool,
+    slots: usize,
+) -> Result<ExecOutput, SandboxError> {
+    let plan = if again {
+        vm.start_plan(slots, vm.lang() == Lang::Python)
+    } else {
+        StartPlan::No
+    };
+    let start = match plan {
+        StartPlan::Alone => Some(Start::Alone),
+        StartPlan::Beside => Some(Start::Beside),
+        StartPlan::No => None,
+    };
+    let next = start.map(|s| (vm.next_generation(), s));
     let cold = match next {
-        Some(n) => prestart::cold_then_spawn(vm.lang(), n, p),
+        Some((n, s)) => prestart::cold_then_spawn(vm.lang(), n, s, p),
         None => p,
     };
     let out = vm.exec(cold).await;
-    waiting_after(vm, next, &out);
+    let kept = waits_after(next.map(|(n, _)| n), &out);
+    match next {
+        Some((_, Start::Beside)) => vm.started(kept),
+        _ => {
+            if let Some(g) = kept {
+                vm.put_waiting(g);
+            }
+        }
+    }
     out
 }
 
@@ -99,13 +143,13 @@ pub(super) async fn start_waiting(m: &Manager, vm: &VmLease) {
     }
 }
 
-/// The exec after which generation `next` waits went through (so the
-/// interpreter is there or starting, or the VM is gone and it does not
+/// The generation that waits after an exec that was to leave `next`
+/// waiting: there or starting, unless the VM is gone (then it does not
 /// matter).
-fn waiting_after<T>(vm: &VmLease, next: Option<u64>, out: &Result<T, SandboxError>) {
+fn waits_after<T>(next: Option<u64>, out: &Result<T, SandboxError>) -> Option<u64> {
     match (next, out) {
-        (Some(n), Ok(_)) => vm.put_waiting(n),
-        (Some(n), Err(e)) if !e.is_gone() => vm.put_waiting(n),
-        _ => {}
+        (Some(n), Ok(_)) => Some(n),
+        (Some(n), Err(e)) if !e.is_gone() => Some(n),
+        _ => None,
     }
 }

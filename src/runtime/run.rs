@@ -99,7 +99,7 @@ pub(super) async fn fresh(
             vm.tenant_code_ran();
             let then = if keep { Then::ServesAgain } else { Then::Done };
             let p = with_token(p.clone(), token.as_ref());
-            ready::exec_call(m, &vm, p, then)
+            ready::exec_call(m, &vm, p, then, 1)
                 .await
                 .map_err(|e| RunError::Exec(daemon(e)))
         }
@@ -195,7 +195,7 @@ pub(super) async fn in_runtime(
         }
         rt.vm.tenant_code_ran();
         let p = for_runtime(&rt, p);
-        ready::exec_call(m, &rt.vm, p, Then::ServesAgain)
+        ready::exec_call(m, &rt.vm, p, Then::ServesAgain, 1)
             .await
             .map_err(|e| RunError::Exec(daemon(e)))
     }

@@ -72,11 +72,25 @@ struct Vm {
     sdk: bool,
     /// No tenant code has run in it yet: what it installs may be archived.
     pristine: bool,
-    waiting: Option<Waiting>,
+    /// Interpreters waiting, each its own generation.
+    waiting: Vec<Waiting>,
     /// Interpreters taken by calls still running: while one is out, no
-    /// other call may start a replacement (a spawn ends every other
-    /// server, the lent one included).
+    /// call may start one `Alone` (that spawn ends every other server, the
+    /// lent one included).
     lent: usize,
+    /// Interpreters being started `Beside` the others, not waiting yet.
+    starting: usize,
+}
+
+/// Whether a call that found no interpreter waiting may start one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartPlan {
+    /// None is waiting, lent or starting: start one, ending any leftover.
+    Alone,
+    /// Others serve calls: start one beside them (counted as starting).
+    Beside,
+    /// As many as the VM may hold exist already: run cold, start none.
+    No,
 }
 
 #[derive(Default)]
@@ -132,8 +146,9 @@ impl VmTable {
             state,
             sdk: false,
             pristine: true,
-            waiting: None,
+            waiting: Vec::new(),
             lent: 0,
+            starting: 0,
         };
         self.lock().vms.insert(id.clone(), vm);
     }
@@ -147,7 +162,7 @@ impl VmTable {
         };
         vm.state = state;
         if state == VmState::Stopping {
-            vm.waiting = None;
+            vm.waiting.clear();
         }
         true
     }
@@ -232,8 +247,9 @@ impl VmTable {
                 state: VmState::Warming,
                 sdk: false,
                 pristine: true,
-                waiting: None,
+                waiting: Vec::new(),
                 lent: 0,
+                starting: 0,
             },
         );
     }
@@ -286,7 +302,7 @@ impl VmTable {
             .filter(|(_, vm)| matches!(vm.state, VmState::Pooled { .. }))
             .map(|(id, vm)| {
                 vm.state = VmState::Stopping;
-                vm.waiting = None;
+                vm.waiting.clear();
                 id.clone()
             })
             .collect()
@@ -341,7 +357,7 @@ impl VmTable {
     pub(crate) fn sdk_prepared(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.sdk = true;
-            if let Some(w) = &mut vm.waiting {
+            for w in &mut vm.waiting {
                 w.stale = true;
             }
         }
@@ -365,12 +381,12 @@ impl VmTable {
         t.generations
     }
 
-    /// The interpreter waiting in the VM, now the caller's (lent until
+    /// An interpreter waiting in the VM, now the caller's (lent until
     /// `returned`).
     pub(crate) fn take_waiting(&self, id: &SandboxId) -> Option<Waiting> {
         let mut t = self.lock();
         let vm = t.vms.get_mut(id)?;
-        let w = vm.waiting.take()?;
+        let w = vm.waiting.pop()?;
         vm.lent += 1;
         Some(w)
     }
@@ -382,13 +398,54 @@ impl VmTable {
         }
     }
 
-    /// Whether a call may start an interpreter for the next one: nothing
-    /// waits and none is out with another call.
-    pub(crate) fn may_start_interpreter(&self, id: &SandboxId) -> bool {
-        self.lock()
-            .vms
-            .get(id)
-            .is_some_and(|vm| vm.waiting.is_none() && vm.lent == 0)
+    /// Whether a call that found none waiting may start an interpreter in
+    /// a VM that holds at most `most` (its call slots); `Beside` counts the
+    /// one it starts until `started` or `start_failed`.
+    pub(crate) fn start_plan(&self, id: &SandboxId, most: usize, beside: bool) -> StartPlan {
+        let mut t = self.lock();
+        let Some(vm) = t.vms.get_mut(id) else {
+            return StartPlan::No;
+        };
+        let held = vm.waiting.len() + vm.lent + vm.starting;
+        if held == 0 {
+            StartPlan::Alone
+        } else if beside && held < most {
+            vm.starting += 1;
+            StartPlan::Beside
+        } else {
+            StartPlan::No
+        }
+    }
+
+    /// How a call replaces the interpreter it took (python's, started
+    /// before the SDK): `Alone` when it is the VM's only one, else `Beside`
+    /// the others (counted as starting; the count stays, since the
+    /// replaced one is retired).
+    pub(crate) fn replace_plan(&self, id: &SandboxId) -> StartPlan {
+        let mut t = self.lock();
+        let Some(vm) = t.vms.get_mut(id) else {
+            return StartPlan::No;
+        };
+        if vm.waiting.len() + vm.lent + vm.starting <= 1 {
+            StartPlan::Alone
+        } else {
+            vm.starting += 1;
+            StartPlan::Beside
+        }
+    }
+
+    /// A `Beside` start ended: its generation waits now (`Some`), or it
+    /// failed.
+    pub(crate) fn started(&self, id: &SandboxId, generation: Option<u64>) {
+        let mut t = self.lock();
+        let Some(vm) = t.vms.get_mut(id) else { return };
+        vm.starting = vm.starting.saturating_sub(1);
+        if let (Some(g), false) = (generation, vm.state == VmState::Stopping) {
+            vm.waiting.push(Waiting {
+                generation: g,
+                stale: false,
+            });
+        }
     }
 
     /// Generation `generation` waits in the VM. A VM that is stopping or
@@ -396,7 +453,7 @@ impl VmTable {
     pub(crate) fn put_waiting(&self, id: &SandboxId, generation: u64) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             if vm.state != VmState::Stopping {
-                vm.waiting = Some(Waiting {
+                vm.waiting.push(Waiting {
                     generation,
                     stale: false,
                 });
@@ -404,10 +461,10 @@ impl VmTable {
         }
     }
 
-    /// What waits in the VM is gone (its server died).
-    pub(crate) fn forget_waiting(&self, id: &SandboxId) {
+    /// What waited as `generation` is gone (its server died).
+    pub(crate) fn forget_waiting(&self, id: &SandboxId, generation: u64) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
-            vm.waiting = None;
+            vm.waiting.retain(|w| w.generation != generation);
         }
     }
 
@@ -416,7 +473,7 @@ impl VmTable {
         self.lock()
             .vms
             .values()
-            .filter(|vm| vm.waiting.is_some())
+            .filter(|vm| !vm.waiting.is_empty())
             .count()
     }
 }
@@ -494,6 +551,7 @@ mod tests {
                 stale: true
             })
         );
+        t.returned(&id("vm"));
         t.put_waiting(&id("vm"), g);
         t.set_state(&id("vm"), VmState::Stopping);
         assert_eq!(t.waiting_count(), 0);
@@ -502,24 +560,36 @@ mod tests {
     }
 
     #[test]
-    fn no_interpreter_starts_while_another_call_has_one_out() {
+    fn interpreters_start_alone_or_beside_the_busy_ones_up_to_the_slots() {
         let t = VmTable::new(0);
         t.insert(&id("vm"), Lang::Python, VmState::Runtime);
-        assert!(
-            t.may_start_interpreter(&id("vm")),
-            "nothing waits, none out"
-        );
+        assert_eq!(t.start_plan(&id("vm"), 3, true), StartPlan::Alone, "none at all");
         let g = t.next_generation();
         t.put_waiting(&id("vm"), g);
-        assert!(!t.may_start_interpreter(&id("vm")), "one waits");
         assert!(t.take_waiting(&id("vm")).is_some());
-        assert!(
-            !t.may_start_interpreter(&id("vm")),
-            "a concurrent call must not spawn: it would end the lent server"
+        assert_eq!(
+            t.start_plan(&id("vm"), 1, true),
+            StartPlan::No,
+            "one slot: never beside the lent one"
         );
-        assert_eq!(t.take_waiting(&id("vm")), None, "the next call runs cold");
+        assert_eq!(
+            t.start_plan(&id("vm"), 3, false),
+            StartPlan::No,
+            "never alone while one is out: that spawn would end it"
+        );
+        assert_eq!(t.start_plan(&id("vm"), 3, true), StartPlan::Beside);
+        assert_eq!(t.start_plan(&id("vm"), 3, true), StartPlan::Beside);
+        assert_eq!(
+            t.start_plan(&id("vm"), 3, true),
+            StartPlan::No,
+            "one lent and two starting fill three slots"
+        );
+        t.started(&id("vm"), Some(t.next_generation()));
+        t.started(&id("vm"), None);
+        assert_eq!(t.waiting_count(), 1);
         t.returned(&id("vm"));
-        assert!(t.may_start_interpreter(&id("vm")));
+        assert!(t.take_waiting(&id("vm")).is_some());
+        assert_eq!(t.take_waiting(&id("vm")), None, "the next call runs cold");
     }
 
     #[test]
