@@ -505,7 +505,10 @@ mod tests {
             "{}",
             beside.argv[2]
         );
-        assert!(!beside.argv[2].contains("scr_spawn /tmp"), "no spawn that ends the others");
+        assert!(
+            !beside.argv[2].contains("scr_spawn /tmp"),
+            "no spawn that ends the others"
+        );
         // A relay into a server that stays is builtins only: no spawner, no harness.
         let fast = relay_exec(Lang::Python, 4, None, &p);
         assert_eq!(fast.argv.len(), 3);

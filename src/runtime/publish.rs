@@ -261,9 +261,15 @@ async fn install_handler(
         budget,
     );
     rt.vm.tenant_code_ran();
-    let out = ready::exec_call(m, &rt.vm, for_runtime(rt, check), Then::ServesAgain, rt.slots.size())
-        .await
-        .map_err(gone_or)?;
+    let out = ready::exec_call(
+        m,
+        &rt.vm,
+        for_runtime(rt, check),
+        Then::ServesAgain,
+        rt.slots.size(),
+    )
+    .await
+    .map_err(gone_or)?;
     drop(slot);
     match guest::parse_frame(&out.stdout, &secret) {
         Frame::Ok(_) => {}
