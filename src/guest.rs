@@ -231,19 +231,41 @@ impl FrameError {
 
 const FRAME_TAG: &str = "\u{1e}SCR1 ";
 
+/// The last frame line carrying `secret` in a wrapper's stdout: where its
+/// tag starts, where its line ends (past its newline), its kind and body.
+pub(crate) struct FrameLine<'a> {
+    pub(crate) at: usize,
+    pub(crate) end: usize,
+    pub(crate) kind: &'a str,
+    pub(crate) body: &'a str,
+}
+
+/// Finds the last line tagged with `secret` (see [`FrameLine`]). Only the
+/// wrapper knows the secret, so a line the user's code printed never
+/// matches.
+pub(crate) fn last_frame<'a>(stdout: &'a str, secret: &str) -> Option<FrameLine<'a>> {
+    let needle = format!("{FRAME_TAG}{secret} ");
+    let at = stdout.rfind(&needle)?;
+    let rest = &stdout[at + needle.len()..];
+    let (line, end) = match rest.find('\n') {
+        Some(n) => (&rest[..n], at + needle.len() + n + 1),
+        None => (rest, stdout.len()),
+    };
+    let (kind, body) = line.split_once(' ').unwrap_or((line, ""));
+    Some(FrameLine {
+        at,
+        end,
+        kind,
+        body,
+    })
+}
+
 /// Finds the frame that carries `secret`. Only the wrapper knows the secret,
 /// so a frame printed by the handler never matches; the last genuine frame
 /// wins, and a malformed one counts as missing.
 pub(crate) fn parse_frame(stdout: &str, secret: &str) -> Frame {
-    let needle = format!("{FRAME_TAG}{secret} ");
-    let Some(at) = stdout.rfind(&needle) else {
+    let Some(FrameLine { kind, body, .. }) = last_frame(stdout, secret) else {
         return Frame::Missing;
-    };
-    let rest = &stdout[at + needle.len()..];
-    let line = rest.split('\n').next().unwrap_or("");
-    let (kind, body) = match line.split_once(' ') {
-        Some(parts) => parts,
-        None => return Frame::Missing,
     };
     let Ok(value) = serde_json::from_str::<Value>(body) else {
         return Frame::Missing;

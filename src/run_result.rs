@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-const TAG: &str = "\u{1e}SCR1 ";
+use crate::guest;
 
 /// What the run wrapper reported about the code's value.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,19 +23,15 @@ pub(crate) enum Completion {
 /// wrapper's own frame line is removed, with the newline it put before it,
 /// so the code's own output comes back exactly as written.
 pub(crate) fn take(stdout: &str, secret: &str) -> (String, Option<Completion>) {
-    let needle = format!("\n{TAG}{secret} ");
-    let Some(at) = stdout.rfind(&needle) else {
+    let frame = guest::last_frame(stdout, secret)
+        .filter(|f| f.at > 0 && stdout.as_bytes()[f.at - 1] == b'\n');
+    let Some(f) = frame else {
         return (stdout.to_string(), None);
     };
-    let rest = &stdout[at + needle.len()..];
-    let (line, after) = match rest.split_once('\n') {
-        Some((line, after)) => (line, after),
-        None => (rest, ""),
-    };
-    let kept = format!("{}{after}", &stdout[..at]);
-    let completion = line.split_once(' ').and_then(|(kind, body)| {
-        let v: Value = serde_json::from_str(body).ok()?;
-        match kind {
+    let kept = format!("{}{}", &stdout[..f.at - 1], &stdout[f.end..]);
+    let completion = serde_json::from_str::<Value>(f.body)
+        .ok()
+        .and_then(|v| match f.kind {
             "result" => Some(Completion::Value(v)),
             "result_omitted" => Some(Completion::Omitted {
                 bytes: v.get("bytes").and_then(Value::as_u64).unwrap_or(0),
@@ -44,8 +40,7 @@ pub(crate) fn take(stdout: &str, secret: &str) -> (String, Option<Completion>) {
                     .find_map(|k| v.get(k).and_then(Value::as_u64).map(|n| (k, n))),
             }),
             _ => None,
-        }
-    });
+        });
     (kept, completion)
 }
 

@@ -127,7 +127,7 @@ fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
         } else {
             RuntimeKind::Kept
         },
-        lang: rt.lang,
+        lang: rt.lang(),
         namespace: rt.namespace.as_ref().map(|n| n.canonical()),
         functions,
         created_at_ms: m.created_ms,

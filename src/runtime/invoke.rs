@@ -51,7 +51,7 @@ pub(super) async fn call(
     };
     let timed = inventory::Timed::start(&rt.meta);
     let p = guest::invoke_exec(
-        rt.lang,
+        rt.lang(),
         function_id,
         &path,
         InvokeMode::Call,

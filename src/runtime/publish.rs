@@ -235,7 +235,7 @@ async fn install_handler(
     }
     let budget = m.config.clamp_timeout(None);
     let seq = m.seq.fetch_add(1, Ordering::Relaxed);
-    let path = guest::handler_module_path(rt.lang, seq, fid.as_str());
+    let path = guest::handler_module_path(rt.lang(), seq, fid.as_str());
     let slot = rt.slots.acquire(REGISTRATIONS).await;
     let gone_or = |e: SandboxError| {
         if e.is_gone() {
@@ -252,7 +252,7 @@ async fn install_handler(
     }
     let secret = guest::new_secret();
     let check = guest::invoke_exec(
-        rt.lang,
+        rt.lang(),
         fid.as_str(),
         &path,
         InvokeMode::Check,
@@ -300,9 +300,9 @@ async fn install_handler(
     let id = fid.as_str().to_string();
     lock(&rt.functions).insert(id.clone(), path);
     lock(&m.records).serve(&id, rt);
-    let (spec, handler) = edge(m.me.clone(), &id, rt.lang, shown);
+    let (spec, handler) = edge(m.me.clone(), &id, rt.lang(), shown);
     m.bus.publish(spec, handler);
-    tracing::info!(function_id = fid.as_str(), lang = %rt.lang, "published a handler");
+    tracing::info!(function_id = fid.as_str(), lang = %rt.lang(), "published a handler");
     inventory::lifecycle(m, EventKind::FunctionRegistered, rt, Some(fid.as_str()));
     Ok(())
 }

@@ -66,15 +66,7 @@ pub(super) async fn exec_call(
         None if again && !replaced => Some(waiting.generation),
         None => None,
     };
-    let kept = waits_after(keeps, &relayed);
-    match next {
-        Some((_, Start::Beside)) => vm.started(kept),
-        _ => {
-            if let Some(g) = kept {
-                vm.put_waiting(g);
-            }
-        }
-    }
+    settle_start(vm, next.map(|(_, s)| s), waits_after(keeps, &relayed));
     vm.interpreter_returned();
     match prestart::verdict(relayed?, timeout_ms) {
         Verdict::Ran(out) => Ok(out),
@@ -116,15 +108,11 @@ async fn cold(
         None => p,
     };
     let out = vm.exec(cold).await;
-    let kept = waits_after(next.map(|(n, _)| n), &out);
-    match next {
-        Some((_, Start::Beside)) => vm.started(kept),
-        _ => {
-            if let Some(g) = kept {
-                vm.put_waiting(g);
-            }
-        }
-    }
+    settle_start(
+        vm,
+        next.map(|(_, s)| s),
+        waits_after(next.map(|(n, _)| n), &out),
+    );
     out
 }
 
@@ -140,6 +128,17 @@ pub(super) async fn start_waiting(m: &Manager, vm: &VmLease) {
         Err(e) => {
             tracing::debug!(error = %redact_uuids(&e.to_string()), "starting a waiting interpreter failed")
         }
+    }
+}
+
+/// Records what waits after an exec that started an interpreter the way
+/// `start` says (`None`: it started none, or kept the one it used): a
+/// `Beside` start settles its count, any other waits as usual.
+fn settle_start(vm: &VmLease, start: Option<Start>, kept: Option<u64>) {
+    match (start, kept) {
+        (Some(Start::Beside), kept) => vm.started(kept),
+        (_, Some(g)) => vm.put_waiting(g),
+        (_, None) => {}
     }
 }
 

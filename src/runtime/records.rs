@@ -18,7 +18,6 @@ pub(super) struct Runtime {
     pub(super) id: RuntimeId,
     /// Its VM: the record is the lease's one holder.
     pub(super) vm: VmLease,
-    pub(super) lang: Lang,
     pub(super) namespace: Option<Namespace>,
     /// Calls that run at once, and the queue of the rest.
     pub(super) slots: Arc<Slots>,
@@ -56,7 +55,6 @@ impl Runtime {
         vm.back_a_runtime();
         Arc::new(Runtime {
             id,
-            lang: vm.lang(),
             vm,
             namespace,
             slots: Slots::new(slots),
@@ -72,11 +70,18 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// Its VM's language.
+    pub(super) fn lang(&self) -> Lang {
+        self.vm.lang()
+    }
+}
+
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("id", &self.id)
-            .field("lang", &self.lang)
+            .field("lang", &self.lang())
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
@@ -99,7 +104,8 @@ impl Records {
     /// `rt` is live, and its namespace's when it serves one.
     pub(super) fn adopt(&mut self, rt: Arc<Runtime>) {
         if let Some(ns) = &rt.namespace {
-            self.namespaces.insert((ns.clone(), rt.lang), rt.id.clone());
+            self.namespaces
+                .insert((ns.clone(), rt.lang()), rt.id.clone());
         }
         self.runtimes.insert(rt.id.clone(), rt);
     }
@@ -110,7 +116,7 @@ impl Records {
             return;
         }
         if let Some(ns) = &rt.namespace {
-            let key = (ns.clone(), rt.lang);
+            let key = (ns.clone(), rt.lang());
             if self.namespaces.get(&key) == Some(&rt.id) {
                 self.namespaces.remove(&key);
             }

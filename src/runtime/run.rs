@@ -180,11 +180,11 @@ pub(super) async fn in_runtime(
     let rt = lock(&m.records)
         .runtime(id)
         .ok_or(RunError::UnknownRuntime)?;
-    if lang.is_some_and(|l| l != rt.lang) {
-        return Err(RunError::LangMismatch { runs: rt.lang });
+    if lang.is_some_and(|l| l != rt.lang()) {
+        return Err(RunError::LangMismatch { runs: rt.lang() });
     }
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
-    let (p, secret) = run_exec(m, rt.lang, code, timeout_ms);
+    let (p, secret) = run_exec(m, rt.lang(), code, timeout_ms);
     let slot = rt.slots.acquire(KEPT_RUNS).await;
     let timed = inventory::Timed::start(&rt.meta);
     let outcome = async {

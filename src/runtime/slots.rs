@@ -31,14 +31,12 @@ pub(crate) struct Slots {
 
 /// One slot, held until dropped.
 pub(crate) struct SlotPermit {
-    slots: Option<Arc<Slots>>,
+    slots: Arc<Slots>,
 }
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
-        if let Some(s) = self.slots.take() {
-            s.release();
-        }
+        self.slots.release();
     }
 }
 
@@ -64,7 +62,7 @@ impl Slots {
 
     fn permit(self: &Arc<Self>) -> SlotPermit {
         SlotPermit {
-            slots: Some(self.clone()),
+            slots: self.clone(),
         }
     }
 

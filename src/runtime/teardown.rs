@@ -17,7 +17,7 @@ use crate::wire::TeardownResponse;
 /// Forgets a runtime whose VM the daemon dropped, and unpublishes its
 /// functions. Later calls with its id get `runtime_not_found`.
 pub(super) fn expire(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
-    tracing::info!(lang = %rt.lang, namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
+    tracing::info!(lang = %rt.lang(), namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
     rt.vm.gone();
     let unregistered = forget(m, rt);
     inventory::lifecycle_end(m, EventKind::RuntimeExpired, rt, &unregistered);
