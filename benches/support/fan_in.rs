@@ -9,7 +9,8 @@
 //! - `fan_in_parallel_io/<lang>`: a handler that waits 20 ms on I/O;
 //! - `fan_in_parallel_cpu/<lang>`: a handler that computes for ~5 ms;
 //! - `fan_in_fair/python`: one caller's single call while another caller's
-//!   64-call burst is queued, over the same call alone (same worker).
+//!   64-call burst is queued (made once the burst's first call answered),
+//!   over the same call alone (same worker).
 
 use std::time::{Duration, Instant};
 
@@ -91,10 +92,12 @@ fn interpreters_pss_mib() -> f64 {
 async fn busy_memory(side: &Side, fid: &str, lang: Lang) {
     let done = std::sync::atomic::AtomicBool::new(false);
     let sample = async {
+        // The sampling period is what this measures by, not a wait.
+        let mut every = tokio::time::interval(Duration::from_millis(10));
         let mut most: f64 = 0.0;
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            every.tick().await;
             most = most.max(interpreters_pss_mib());
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         most
     };
@@ -130,8 +133,8 @@ async fn parallel(parallel: &Side, single: &Side, lang: Lang, work: &str, limit:
     .await;
 }
 
-/// `fan_in_fair/python`: caller B's one call, made once caller A's 64 calls
-/// are queued, against B's call alone.
+/// `fan_in_fair/python`: caller B's one call, made once the first of caller
+/// A's 64 calls has answered (the rest queued), against B's call alone.
 async fn fair(side: &Side) {
     let fid = "bench-fan-fair::f";
     register(side, fid, Lang::Python, &source(Lang::Python, "io")).await;
@@ -144,11 +147,20 @@ async fn fair(side: &Side) {
         t.elapsed().as_secs_f64() * 1e3
     };
     let b_in_burst = || async {
-        let burst = burst_p50(side, fid, CALLERS);
+        // B's call goes out once A's first call has answered: the rest of
+        // A's burst is queued behind the slots by then.
+        let first_answer = tokio::sync::Notify::new();
+        let burst = async {
+            let first_answer = &first_answer;
+            let calls = (0..CALLERS).map(|i| async move {
+                let ms = side.timed(fid, json!({"i": i})).await;
+                first_answer.notify_one();
+                ms
+            });
+            futures_util::future::join_all(calls).await
+        };
         let b = async {
-            // Staging, not synchronization: B's call goes out once A's burst
-            // is on the wire, so that it lands behind a full queue.
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            first_answer.notified().await;
             let t = Instant::now();
             must(&other, fid, json!({"b": true})).await;
             t.elapsed().as_secs_f64() * 1e3

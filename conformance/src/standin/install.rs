@@ -124,6 +124,15 @@ mod tests {
         })
     }
 
+    /// A directory of this test's own under the temp dir (not created).
+    fn scratch() -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "scr-install-once-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ))
+    }
+
     /// Two callers find the tool missing at the same moment; one installs it
     /// while the other waits on the lock, and the other then finds it there.
     /// The fake installer appends one line per run to a log. Each caller
@@ -131,11 +140,7 @@ mod tests {
     /// so two threads race exactly as two test processes do.
     #[test]
     fn two_concurrent_callers_run_the_installer_once() {
-        let dir = std::env::temp_dir().join(format!(
-            "scr-install-once-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
+        let dir = scratch();
         std::fs::create_dir_all(&dir).unwrap();
         let lock = dir.join("tool.lock");
         let tool = dir.join("tool");
@@ -193,11 +198,7 @@ mod tests {
 
     #[test]
     fn an_installer_that_installs_nothing_is_an_error_and_a_present_tool_is_left_be() {
-        let dir = std::env::temp_dir().join(format!(
-            "scr-install-once-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
+        let dir = scratch();
         let lock = dir.join("tool.lock");
         let nothing = install_once("the fake tool", &lock, || false, || Ok(()));
         assert!(
