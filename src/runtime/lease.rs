@@ -1,9 +1,11 @@
-//! Leases: the only way to exec in or stop a VM. A [`VmLease`] is not
-//! `Clone`; whoever holds it (one operation, or the runtime record it was
-//! handed to) is the VM's one owner. It carries the meter of the operation
-//! that took it, so work it spawns stays charged; dropped without a hand-over
-//! (kept by a runtime, back in the pool, stopped, found gone) it schedules
-//! the VM's stop. [`Vms::stop`] is the one stop path.
+//! Leases: the only way to exec in a VM. A [`VmLease`] is not `Clone`;
+//! whoever holds it (one operation, or the runtime record it was handed to)
+//! is the VM's one owner. It carries the meter of the operation that took
+//! it, so work it spawns stays charged; dropped without a hand-over (kept by
+//! a runtime, back in the pool, stopped, found gone) it schedules the VM's
+//! stop. [`Vms::stop`] is the one stop path: a lease's, and the walks that
+//! hold no lease (shutdown, the pool's drain, the orphan sweep). This file
+//! is the only code that moves a table entry.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,6 +80,13 @@ impl Vms {
     pub(crate) fn unpool_without_sdk(self: &Arc<Self>, lang: Lang) -> Vec<VmLease> {
         let ids = self.table.unpool_without_sdk(lang);
         ids.into_iter().map(|id| self.lease(id, lang)).collect()
+    }
+
+    /// Stops every ready pooled VM (capacity pressure); answers how many.
+    pub(crate) async fn drain_pool(&self) -> usize {
+        let ids = self.table.drain_pool();
+        futures_util::future::join_all(ids.iter().map(|id| self.stop(id))).await;
+        ids.len()
     }
 
     /// Every sandbox the daemon holds (of every owner).

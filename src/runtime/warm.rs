@@ -98,7 +98,7 @@ async fn create_under_pressure(
     } else {
         refused
     };
-    if drain(m).await == 0 {
+    if m.vms.drain_pool().await == 0 {
         refill(m, lang);
         return Err(refused);
     }
@@ -180,14 +180,6 @@ async fn warm_one(m: &Manager, created: Result<VmLease, SandboxError>) {
             vm.stop().await;
         }
     }
-}
-
-/// Stops every ready pooled VM; returns how many.
-async fn drain(m: &Manager) -> usize {
-    let ids = m.vms.table().drain_pool();
-    let n = ids.len();
-    futures_util::future::join_all(ids.iter().map(|id| m.vms.stop(id))).await;
-    n
 }
 
 /// Fills the pool at boot, and keeps it topped up: a refill that failed
