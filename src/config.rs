@@ -58,6 +58,11 @@ pub struct Config {
     /// install). 1 serves one call at a time. Runs into one kept runtime
     /// are always one at a time.
     pub handler_concurrency: usize,
+    /// Whether a `keep: true` run that does not say (`session`) keeps its
+    /// interpreter: later runs into the runtime see its globals and
+    /// imported modules, as code-runner's kept runtimes do. Off: each run
+    /// is a fresh process on the same files (seed 000's promise).
+    pub sessions: bool,
     /// How deep guest runs may nest (a run started by guest code is one
     /// level deeper than the code that started it).
     pub guest_max_run_depth: u32,
@@ -112,6 +117,7 @@ impl Default for Config {
             guest_max_run_depth: 4,
             prestart: true,
             handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value - 1,
+            sessions: false,
             guest_max_subscriptions: 8,
             guest_max_registrations: 64,
             daemon_max_sandboxes: 32,

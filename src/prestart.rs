@@ -34,7 +34,7 @@ const VERDICT: &str = "\u{1e}SCR-RELAY ";
 
 /// A shell script as it travels in every relay's argv: without its comment
 /// lines (they are most of it), which the shell would only skip.
-fn bare(script: &str) -> String {
+pub(crate) fn bare(script: &str) -> String {
     script
         .lines()
         .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
@@ -232,7 +232,7 @@ pub(crate) fn relay_exec(
 
 /// The relayed request: a header line (the wrapper, the env, the stdin
 /// length), then the stdin bytes as they are.
-fn request(p: &ExecParams) -> Vec<u8> {
+pub(crate) fn request(p: &ExecParams) -> Vec<u8> {
     let script = p.argv.get(p.argv.len().saturating_sub(1)).cloned();
     let stdin = p.stdin.as_deref().unwrap_or_default();
     let header = serde_json::json!({

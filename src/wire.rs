@@ -35,6 +35,14 @@ pub struct RunRequest {
     /// and every value is clamped to the configured maximum.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// With `keep: true`: whether later runs into the runtime execute in
+    /// the same interpreter, seeing the globals and imported modules of the
+    /// runs before them as a notebook's cells do (only `result` is cleared
+    /// between runs). Default: the worker's `sessions` setting (off unless
+    /// its operator turned it on). Fixed when the runtime is kept: with a
+    /// `runtime_id`, omit it or repeat the runtime's own.
+    #[serde(default)]
+    pub session: Option<bool>,
 }
 
 /// Output of `sandbox-code-runner::run`. A failing script is still this.
@@ -57,6 +65,21 @@ pub struct RunResponse {
     /// (a successful `keep: true` run, or an echoed `runtime_id`). A secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_id: Option<String>,
+    /// Present only for a run in a session: `new` (its interpreter started
+    /// with this run), `continued` (it saw the runs before it), or `reset`
+    /// (the interpreter was lost, to a timeout or an exit, so this run
+    /// started a fresh one on the same files: earlier globals are gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionState>,
+}
+
+/// What a run in a session found (`RunResponse::session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    New,
+    Continued,
+    Reset,
 }
 
 /// Input of `sandbox-code-runner::register_function`.
@@ -184,6 +207,7 @@ impl fmt::Debug for RunRequest {
             .field("lang", &self.lang)
             .field("runtime_id", &redacted(&self.runtime_id))
             .field("timeout_ms", &self.timeout_ms)
+            .field("session", &self.session)
             .finish()
     }
 }
@@ -197,6 +221,7 @@ impl fmt::Debug for RunResponse {
             .field("success", &self.success)
             .field("duration_ms", &self.duration_ms)
             .field("runtime_id", &redacted(&self.runtime_id))
+            .field("session", &self.session)
             .finish()
     }
 }
@@ -331,6 +356,7 @@ mod tests {
             duration_ms: 1,
             result: Value::Null,
             runtime_id: Some(secret.clone()),
+            session: Some(SessionState::Continued),
         };
         let td_req: TeardownRequest = decode(json!({"runtime_id": secret})).unwrap();
         let td_resp = TeardownResponse {
@@ -415,11 +441,16 @@ mod tests {
             duration_ms: 1,
             result: Value::Null,
             runtime_id: None,
+            session: None,
         };
         assert!(serde_json::to_value(&r)
             .unwrap()
             .get("runtime_id")
             .is_none());
+        assert!(
+            serde_json::to_value(&r).unwrap().get("session").is_none(),
+            "a run outside a session says nothing of one"
+        );
         assert_eq!(
             serde_json::to_value(&r).unwrap().get("result"),
             Some(&Value::Null),

@@ -59,17 +59,12 @@ async function readStdin() {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-// The whole run: a pre-started interpreter loads this file's definitions
-// ahead and calls it (its last line, `await main();`, is the cold start's).
-async function main() {
-  asGuest(1000, 1000); // the node image's node user
-  const secret = process.env.SCR_RESULT_SECRET;
-  const maxResult = Number(process.env.SCR_RESULT_MAX || 0);
-  delete process.env.SCR_RESULT_SECRET;
-  delete process.env.SCR_RESULT_MAX;
-  const frame = secret ? frameWriter(secret, '\n') : null;
-  dropEvalGlobals(builtinModules);
-  const code = await readStdin();
+// One run of `code`: as a module file next to the cwd, or as the async
+// function body it parses as. Returns the failure (an uncaught throw, for
+// the caller to report) and the `iii` global it installed; on a normal end
+// the result frame is written. A session (guest/session/session.mjs) runs
+// each of its runs through this, in the one process it keeps.
+async function runCode(code, frame, maxResult) {
   const body = isFunctionBody(code);
   const iiiGlobal = installIii(code, 'sandbox-code-runner:run');
 
@@ -100,8 +95,24 @@ async function main() {
     failure = { e };
   } finally {
     removeFile();
+    process.off('exit', removeFile);
   }
   if (frame && !failure) frame.send(...resultJson(returned, maxResult));
+  return { failure, iiiGlobal };
+}
+
+// The whole run: a pre-started interpreter loads this file's definitions
+// ahead and calls it (its last line, `await main();`, is the cold start's).
+async function main() {
+  asGuest(1000, 1000); // the node image's node user
+  const secret = process.env.SCR_RESULT_SECRET;
+  const maxResult = Number(process.env.SCR_RESULT_MAX || 0);
+  delete process.env.SCR_RESULT_SECRET;
+  delete process.env.SCR_RESULT_MAX;
+  const frame = secret ? frameWriter(secret, '\n') : null;
+  dropEvalGlobals(builtinModules);
+  const code = await readStdin();
+  const { failure, iiiGlobal } = await runCode(code, frame, maxResult);
   if (!(await iiiGlobal.close(2000))) process.exit(failure ? 1 : (process.exitCode ?? 0));
   // Rethrown to the top level so Node prints its usual uncaught-error report and exits 1.
   if (failure) throw failure.e;

@@ -45,37 +45,22 @@ def _result_frame(secret, limit, value, json):
     return ("\n\x1eSCR1 %s %s %s\n" % (secret, kind, body)).encode("utf-8")
 
 
-def _main():
-    _as_guest(1000, 100)  # the python image's python-user (group users)
-    import builtins
+
+def _run_source(ns, source, filename, secret, limit):
+    """Runs `source` in the module dict `ns` as a script would run: an
+    uncaught exception prints the usual traceback (without this wrapper's
+    frames) and gives 1, sys.exit is returned for the caller to honour. On a
+    normal end the result frame follows on stdout. Returns (rc, SystemExit
+    or None). A session (guest/session/session.py) runs each of its runs
+    through this, in the one namespace it keeps."""
     import json
     import os
     import sys
-    import types
 
-    secret = os.environ.pop("SCR_RESULT_SECRET", None)
-    limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
-    write = os.write
-
-    data = sys.stdin.buffer.read()
-    close_iii = _install_iii("sandbox-code-runner:run")
-    filename = "main.py"
-    try:
-        source = data.decode("utf-8").lstrip("\ufeff")
-    except UnicodeDecodeError as e:
-        sys.stderr.write("main.py is not valid UTF-8: %s\n" % e)
-        sys.exit(1)
-    del data
-
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=filename, __builtins__=builtins, __spec__=None,
-                         __loader__=_MainSource(source))
-    sys.modules["__main__"] = main
-    sys.argv[:] = [filename]
-
+    ns["__loader__"] = _MainSource(source)
     rc, exit_exc = 0, None
     try:
-        exec(compile(source, filename, "exec", dont_inherit=True), main.__dict__)
+        exec(compile(source, filename, "exec", dont_inherit=True), ns)
     except SystemExit as e:
         exit_exc = e
     except BaseException as e:
@@ -94,13 +79,42 @@ def _main():
 
     ended_well = rc == 0 and (exit_exc is None or exit_exc.code in (None, 0))
     if secret and ended_well:
-        frame = _result_frame(secret, limit, main.__dict__.get("result"), json)
+        frame = _result_frame(secret, limit, ns.get("result"), json)
         try:
             sys.stdout.flush()
             while frame:
-                frame = frame[write(1, frame):]
+                frame = frame[os.write(1, frame):]
         except Exception:
             pass  # stdout is gone: there is nobody to tell
+    return rc, exit_exc
+
+
+def _main():
+    _as_guest(1000, 100)  # the python image's python-user (group users)
+    import builtins
+    import os
+    import sys
+    import types
+
+    secret = os.environ.pop("SCR_RESULT_SECRET", None)
+    limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
+
+    data = sys.stdin.buffer.read()
+    close_iii = _install_iii("sandbox-code-runner:run")
+    filename = "main.py"
+    try:
+        source = data.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as e:
+        sys.stderr.write("main.py is not valid UTF-8: %s\n" % e)
+        sys.exit(1)
+    del data
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=filename, __builtins__=builtins, __spec__=None)
+    sys.modules["__main__"] = main
+    sys.argv[:] = [filename]
+
+    rc, exit_exc = _run_source(main.__dict__, source, filename, secret, limit)
 
     if not close_iii(2.0):
         # The client did not shut down in time: leave without waiting for it.

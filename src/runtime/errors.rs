@@ -52,12 +52,21 @@ pub enum RunError {
     Expired,
     #[error("the trusted run this guest code grew from has ended")]
     LineageEnded,
+    #[error("the run timed out, and the session's interpreter with it")]
+    SessionTimedOut(#[source] DaemonFailure),
+    #[error("the session's interpreter did not take the run")]
+    SessionLost { boot: String },
+    #[error("the runtime was kept with session {kept}, the request says {asked}")]
+    SessionMismatch { kept: bool, asked: bool },
 }
 
 impl RunError {
     fn daemon_cause(&self) -> Option<&crate::sandbox::SandboxError> {
         match self {
-            RunError::AcquireVm(d) | RunError::PrepareSdk(d) | RunError::Exec(d) => Some(&d.cause),
+            RunError::AcquireVm(d)
+            | RunError::PrepareSdk(d)
+            | RunError::Exec(d)
+            | RunError::SessionTimedOut(d) => Some(&d.cause),
             _ => None,
         }
     }
@@ -89,6 +98,33 @@ impl From<RunError> for WorkerError {
                 format!("this runtime runs {runs}; omit `lang` or pass \"{runs}\""),
             ),
             RunError::Expired => WorkerError::Expired(EXPIRED_RUN.into()),
+            RunError::SessionTimedOut(d) => match d.into_wire() {
+                WorkerError::Timeout(m) => WorkerError::Timeout(format!(
+                    "{m}; the session's interpreter went with the run: the next run into this \
+                     runtime starts a fresh one on the same files (its answer says \
+                     `session: \"reset\"`)"
+                )),
+                other => other,
+            },
+            RunError::SessionLost { boot } => WorkerError::Engine(if boot.is_empty() {
+                "the session's interpreter did not start".to_string()
+            } else {
+                format!(
+                    "the session's interpreter did not start: {}",
+                    tail(&boot, 2000)
+                )
+            }),
+            RunError::SessionMismatch { kept, .. } => WorkerError::invalid(
+                "session",
+                format!(
+                    "this runtime was kept {}; omit `session` or pass {kept}",
+                    if kept {
+                        "with a session"
+                    } else {
+                        "without a session"
+                    }
+                ),
+            ),
         }
     }
 }

@@ -46,6 +46,7 @@ mod ready;
 mod records;
 mod run;
 mod sdk;
+mod session;
 mod shutdown;
 mod slots;
 mod sweep;
@@ -58,6 +59,7 @@ pub use errors::{DaemonFailure, HandlerCallError, RegisterError, RunError, Teard
 pub use inventory::{Inventory, Liveness, PoolEntry, RuntimeEntry, RuntimeKind};
 pub use publish::{Handler, HandlerEdge};
 pub use records::VmNaming;
+pub use run::Keep;
 pub use shutdown::ShutdownReport;
 
 use invoke::CallOrigin;
@@ -155,6 +157,7 @@ impl Manager {
         keep: bool,
         timeout_ms: u64,
     ) -> Result<RunResponse, RunError> {
+        let keep = if keep { Keep::Files } else { Keep::Nothing };
         run::fresh(self, &Caller::Trusted, lang, code, keep, timeout_ms).await
     }
 
@@ -164,7 +167,7 @@ impl Manager {
         caller: &Caller,
         lang: Lang,
         code: &str,
-        keep: bool,
+        keep: Keep,
         timeout_ms: u64,
     ) -> Result<RunResponse, RunError> {
         run::fresh(self, caller, lang, code, keep, timeout_ms).await
@@ -175,10 +178,11 @@ impl Manager {
         &self,
         id: &RuntimeId,
         lang: Option<Lang>,
+        session: Option<bool>,
         code: &str,
         timeout_ms: u64,
     ) -> Result<RunResponse, RunError> {
-        run::in_runtime(self, id, lang, code, timeout_ms).await
+        run::in_runtime(self, id, lang, session, code, timeout_ms).await
     }
 
     /// `register_function` for `caller` (see `publish::register`).

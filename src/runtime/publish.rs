@@ -197,6 +197,7 @@ async fn namespace_runtime(
         m.config.handler_concurrency,
         token,
         admitted,
+        None,
     );
     if rt.owner.is_some() && !lineage::lives(m, &rt.lineage) {
         // Its root ended while the VM booted: nobody could reach it.

@@ -11,6 +11,7 @@ use crate::tenancy::{Admission, Lineage, Permit, RunPermit};
 
 use super::inventory;
 use super::lease::VmLease;
+use super::session::Session;
 use super::slots::Slots;
 
 /// One VM that outlives a call: a kept run's, or a namespace's.
@@ -40,6 +41,8 @@ pub(super) struct Runtime {
     pub(super) root: Mutex<Option<Permit>>,
     /// What the inventory shows: handle, created, last used, executions.
     pub(super) meta: inventory::Meta,
+    /// A kept run's session (its runs share one interpreter), if it asked.
+    pub(super) session: Option<Session>,
 }
 
 impl Runtime {
@@ -51,6 +54,7 @@ impl Runtime {
         slots: usize,
         token: Option<TokenLease>,
         admitted: Admission,
+        session: Option<Session>,
     ) -> Arc<Runtime> {
         vm.back_a_runtime();
         Arc::new(Runtime {
@@ -66,6 +70,7 @@ impl Runtime {
             forgotten: Default::default(),
             root: Mutex::new(admitted.root),
             meta: inventory::Meta::new(),
+            session,
         })
     }
 }

@@ -9,6 +9,7 @@ use super::lease::VmLease;
 use super::lifeline::{self, Lifeline};
 use super::ready::{self, Then};
 use super::records::Runtime;
+use super::session::{self, Session};
 use super::{lineage, lock, sdk, teardown, warm, Manager};
 use crate::config::OneshotStop;
 use crate::events::EventKind;
@@ -18,10 +19,21 @@ use crate::ids::{Lang, RuntimeId};
 use crate::run_result;
 use crate::sandbox::{ExecOutput, ExecParams};
 use crate::tenancy::Caller;
-use crate::wire::RunResponse;
+use crate::wire::{RunResponse, SessionState};
 
 /// The one caller of a kept runtime's slot: whoever holds its id.
 const KEPT_RUNS: &str = "kept runs";
+
+/// What a run without a runtime leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Nothing: a one-shot.
+    Nothing,
+    /// Its VM, whose files later runs see, each in a fresh process.
+    Files,
+    /// Its VM and its interpreter: later runs see its globals too.
+    Session,
+}
 
 /// One run's exec, with a fresh secret for its result frame.
 fn run_exec(m: &Manager, lang: Lang, code: &str, timeout_ms: u64) -> (ExecParams, String) {
@@ -30,7 +42,13 @@ fn run_exec(m: &Manager, lang: Lang, code: &str, timeout_ms: u64) -> (ExecParams
     (p, secret)
 }
 
-fn response(m: &Manager, out: ExecOutput, secret: &str, runtime_id: Option<String>) -> RunResponse {
+fn response(
+    m: &Manager,
+    out: ExecOutput,
+    secret: &str,
+    runtime_id: Option<String>,
+    session: Option<SessionState>,
+) -> RunResponse {
     let cap = m.config.max_stream_bytes;
     let (stdout, completion) = run_result::take(&out.stdout, secret);
     let success = out.exit_code == Some(0);
@@ -46,6 +64,30 @@ fn response(m: &Manager, out: ExecOutput, secret: &str, runtime_id: Option<Strin
         duration_ms: out.duration_ms,
         result,
         runtime_id,
+        session,
+    }
+}
+
+/// `p` in `vm`: a turn of `session` when the runtime has one, else as
+/// every call (`ready::exec_call`).
+async fn exec_run(
+    m: &Manager,
+    vm: &VmLease,
+    session: Option<&Session>,
+    p: ExecParams,
+    then: Then,
+) -> Result<(ExecOutput, Option<SessionState>), RunError> {
+    match session {
+        Some(s) => session::turn(vm, s, &p)
+            .await
+            .map(|(out, state)| (out, Some(state))),
+        None => {
+            let budget = p.timeout_ms;
+            ready::exec_call(m, vm, p, then, 1)
+                .await
+                .map(|out| (out, None))
+                .map_err(|e| RunError::Exec(DaemonFailure::new(e, budget)))
+        }
     }
 }
 
@@ -73,9 +115,11 @@ pub(super) async fn fresh(
     caller: &Caller,
     lang: Lang,
     code: &str,
-    keep: bool,
+    keep: Keep,
     timeout_ms: u64,
 ) -> Result<RunResponse, RunError> {
+    let session = (keep == Keep::Session).then(Session::default);
+    let keep = keep != Keep::Nothing;
     let admitted = m.tenants.admit(caller).map_err(RunError::Tenant)?;
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
     let uses_iii = guest::names_iii(code);
@@ -83,7 +127,7 @@ pub(super) async fn fresh(
     let token = m.mint_guest_token(None, &admitted);
     let (p, secret) = run_exec(m, lang, code, timeout_ms);
     let mut attempt = 0;
-    let (vm, out, line) = loop {
+    let (vm, (out, state), line) = loop {
         attempt += 1;
         let acquired = warm::acquire(m, lang, uses_iii)
             .await
@@ -99,9 +143,7 @@ pub(super) async fn fresh(
             vm.tenant_code_ran();
             let then = if keep { Then::ServesAgain } else { Then::Done };
             let p = with_token(p.clone(), token.as_ref());
-            ready::exec_call(m, &vm, p, then, 1)
-                .await
-                .map_err(|e| RunError::Exec(daemon(e)))
+            exec_run(m, &vm, session.as_ref(), p, then).await
         }
         .await;
         drop(acquired.refill);
@@ -135,12 +177,18 @@ pub(super) async fn fresh(
     if keep && out.exit_code == Some(0) {
         let id = RuntimeId::generate();
         // Runs into one kept runtime stay one at a time (docs/contract.md).
-        let rt = Runtime::new(id.clone(), vm, None, 1, token, admitted);
+        let rt = Runtime::new(id.clone(), vm, None, 1, token, admitted, session);
         rt.meta.used(Duration::from_millis(out.duration_ms));
         lock(&m.records).adopt(rt.clone());
         inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
         tracing::info!(lang = %lang, "kept a runtime");
-        return Ok(response(m, out, &secret, Some(id.expose().to_string())));
+        return Ok(response(
+            m,
+            out,
+            &secret,
+            Some(id.expose().to_string()),
+            state,
+        ));
     }
     // One-shot, or a failed keep run: the VM never serves anyone again,
     // and its token is revoked before the caller hears back.
@@ -157,7 +205,7 @@ pub(super) async fn fresh(
     } else {
         stop_oneshot(m, vm, line).await;
     }
-    Ok(response(m, out, &secret, None))
+    Ok(response(m, out, &secret, None, state))
 }
 
 /// The stop of a one-shot VM: the response waits until the VM is gone
@@ -174,6 +222,7 @@ pub(super) async fn in_runtime(
     m: &Manager,
     id: &RuntimeId,
     lang: Option<Lang>,
+    session: Option<bool>,
     code: &str,
     timeout_ms: u64,
 ) -> Result<RunResponse, RunError> {
@@ -182,6 +231,10 @@ pub(super) async fn in_runtime(
         .ok_or(RunError::UnknownRuntime)?;
     if lang.is_some_and(|l| l != rt.lang()) {
         return Err(RunError::LangMismatch { runs: rt.lang() });
+    }
+    let kept = rt.session.is_some();
+    if let Some(asked) = session.filter(|a| *a != kept) {
+        return Err(RunError::SessionMismatch { kept, asked });
     }
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
     let (p, secret) = run_exec(m, rt.lang(), code, timeout_ms);
@@ -195,15 +248,19 @@ pub(super) async fn in_runtime(
         }
         rt.vm.tenant_code_ran();
         let p = for_runtime(&rt, p);
-        ready::exec_call(m, &rt.vm, p, Then::ServesAgain, 1)
-            .await
-            .map_err(|e| RunError::Exec(daemon(e)))
+        exec_run(m, &rt.vm, rt.session.as_ref(), p, Then::ServesAgain).await
     }
     .await;
     drop(timed);
     drop(slot);
     match outcome {
-        Ok(out) => Ok(response(m, out, &secret, Some(id.expose().to_string()))),
+        Ok((out, state)) => Ok(response(
+            m,
+            out,
+            &secret,
+            Some(id.expose().to_string()),
+            state,
+        )),
         Err(e) if e.vm_gone() => {
             teardown::expire(m, &rt);
             Err(RunError::Expired)

@@ -460,6 +460,7 @@ async fn kept(p: &mut Prober<'_>) {
         );
     }
     let _ = p.target("teardown", json!({ "runtime_id": rt })).await;
+    session(p).await;
     let failed = p
         .target(
             "run",
@@ -483,6 +484,42 @@ async fn kept(p: &mut Prober<'_>) {
             ),
         }
     }
+}
+
+/// `sessions`: a kept run that asks for one (`session: true`) answers
+/// which interpreter it ran in, and the next run into it sees its globals.
+async fn session(p: &mut Prober<'_>) {
+    let first = p
+        .target(
+            "run",
+            json!({"lang": "python", "code": "x = 41", "keep": true, "session": true}),
+        )
+        .await;
+    let Answer::Ok(v) = first else {
+        p.note(
+            "sessions",
+            "false",
+            "a keep run asking for a session was refused",
+        );
+        return;
+    };
+    let Some(rt) = v.get("runtime_id").and_then(Value::as_str) else {
+        return;
+    };
+    let rt = rt.to_string();
+    let next = p
+        .target("run", json!({"runtime_id": rt, "code": "print(x)"}))
+        .await;
+    let _ = p.target("teardown", json!({ "runtime_id": rt })).await;
+    let said = v.get("session").and_then(Value::as_str) == Some("new");
+    let kept =
+        matches!(&next, Answer::Ok(n) if n.get("stdout").and_then(Value::as_str) == Some("41\n"));
+    let (value, how) = match (said, kept) {
+        (true, true) => ("true", "a kept run with session: true answered session \"new\", and the next run saw its globals"),
+        (false, true) => ("false", "the next run saw the kept run's globals, but the answer names no session (globals_persist_on_keep)"),
+        _ => ("false", "a kept run with session: true kept no globals for the next run"),
+    };
+    p.note("sessions", value, how);
 }
 
 /// The name of the live sandbox holding `file`, through the daemon.

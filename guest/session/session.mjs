@@ -1,0 +1,166 @@
+// sandbox-code-runner: a session's node interpreter (see turn.sh).
+// argv: node --input-type=module -e <shared.mjs + run.mjs's definitions +
+// this file> <dir>, started as the guest user, cwd /tmp, fds 3 and 4 the
+// session's `in` and `life` FIFOs (read-write), stdout /dev/null, stderr
+// <dir>/boot.err.
+// Each run is one turn of this one process, as run.mjs runs code: a module,
+// or an async function body whose `return` is `result`. What persists is
+// the process: `globalThis` (`globalThis.x = 1`, or a sloppy body's bare
+// `x = 1`), the module cache, timers and connections; a turn's own
+// declarations are its module's or its body's, as without a session. An
+// uncaught throw prints its report and gives 1; so does one thrown later
+// from what an earlier turn left running. process.exit() ends the
+// interpreter: the next run starts a fresh one on the same files. The run's
+// env (its guest token among it) is the process's for that turn only, and
+// `iii` is a fresh lazy client each turn (closed at its end).
+
+import { Writable } from 'node:stream';
+
+// Streams that write by fd number, so that fds 1 and 2, which change under
+// them each turn, are always what they write to; installed before anything
+// (the global console among it) first asks for them.
+function fdStream(fd) {
+  const stream = new Writable({
+    write(chunk, encoding, done) {
+      const buf = typeof chunk === 'string' ? Buffer.from(chunk, encoding) : chunk;
+      for (let off = 0; off < buf.length;) {
+        try {
+          off += fs.writeSync(fd, buf, off, buf.length - off);
+        } catch (e) {
+          if (e.code !== 'EAGAIN') return done();
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+        }
+      }
+      return done();
+    },
+  });
+  stream.fd = fd;
+  stream.isTTY = false;
+  return stream;
+}
+
+async function session() {
+  const out = fdStream(1);
+  const err = fdStream(2);
+  Object.defineProperty(process, 'stdout', { configurable: true, enumerable: true, get: () => out });
+  Object.defineProperty(process, 'stderr', { configurable: true, enumerable: true, get: () => err });
+  asGuest(1000, 1000); // already the guest: HOME, caches and PATH
+  dropEvalGlobals(builtinModules);
+  const dir = process.argv[process.argv.length - 1];
+  process.argv.length = 1;
+  const baseEnv = { ...process.env };
+  delete baseEnv.SCR_TURN;
+  // `life` again, close-on-exec: what a turn starts must not hold it. The
+  // new one first: with no writer at all, a relay reading it would see
+  // its end.
+  const life = fs.openSync(path.join(dir, 'life'), fs.constants.O_RDWR);
+  fs.closeSync(4);
+  reopen(2, '/dev/null'); // boot is over: nothing goes to boot.err from here on
+
+  let turn = null;
+  // What an earlier turn left running may throw later: it is reported on
+  // whatever stderr is current, and the session goes on.
+  process.on('uncaughtException', (e) => {
+    process.stderr.write(`Uncaught ${report(e)}\n`);
+    if (turn) turn.failed = true;
+  });
+  // process.exit() in guest code ends the interpreter: the turn's exit
+  // code is written before it goes (its end lets `life` go).
+  process.on('exit', (code) => {
+    if (turn) writeStatus(turn.status, code ?? 0);
+  });
+
+  for (;;) {
+    const relay = await nextRelay();
+    turn = { failed: false, status: null };
+    await runTurn(dir, relay, baseEnv, turn);
+    turn = null;
+    try { fs.writeSync(life, `done ${relay}\n`); } catch { /* the relay is gone */ }
+  }
+}
+
+// fd `fd` reopened on `file`: the fd closed is the lowest free one, which
+// the next open takes.
+function reopen(fd, file) {
+  try { fs.closeSync(fd); } catch { /* guest code closed it */ }
+  if (fs.openSync(file, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
+}
+
+// An error as node reports one, without this harness's own frames.
+function report(e) {
+  const text = e instanceof Error && typeof e.stack === 'string' ? e.stack : inspect(e);
+  return text.split('\n').filter((l) => !/^\s+at .*\[eval\d*\]/.test(l)).join('\n');
+}
+
+function writeStatus(status, code) {
+  if (status === null) return;
+  try {
+    fs.ftruncateSync(status, 0);
+    fs.writeSync(status, String(code & 0xff), 0);
+  } catch { /* gone */ }
+}
+
+// The next relay's pid off `in` (fd 3), read off the event loop, which
+// keeps serving what earlier turns left running.
+let pending = '';
+function nextRelay() {
+  return new Promise((resolve) => {
+    const more = () => {
+      const nl = pending.indexOf('\n');
+      if (nl >= 0) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        const pid = Number.parseInt(line, 10);
+        return Number.isInteger(pid) && pid > 0 ? resolve(pid) : more();
+      }
+      const buf = Buffer.alloc(64);
+      return fs.read(3, buf, 0, buf.length, null, (e, got) => {
+        if (e || got === 0) process.reallyExit(0);
+        pending += buf.subarray(0, got).toString('ascii');
+        more();
+      });
+    };
+    more();
+  });
+}
+
+async function runTurn(dir, relay, baseEnv, turn) {
+  let req;
+  let data;
+  try {
+    const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
+    const nl = buf.indexOf(10);
+    req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
+    data = buf.subarray(nl + 1, nl + 1 + Number(req.stdin));
+    turn.status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o600);
+    fs.writeSync(turn.status, '137'); // taken: from here on the run counts as run
+    reopen(1, `/proc/${relay}/fd/7`);
+    reopen(2, `/proc/${relay}/fd/8`);
+  } catch {
+    reopen(1, '/dev/null');
+    reopen(2, '/dev/null');
+    if (turn.status !== null) fs.closeSync(turn.status);
+    turn.status = null;
+    return; // nothing ran and no status says so: the relay says `lost`
+  }
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, baseEnv, req.env || {});
+  const secret = process.env.SCR_RESULT_SECRET;
+  const maxResult = Number(process.env.SCR_RESULT_MAX || 0);
+  delete process.env.SCR_RESULT_SECRET;
+  delete process.env.SCR_RESULT_MAX;
+  process.exitCode = undefined;
+  const frame = secret ? frameWriter(secret, '\n') : null;
+  const { failure, iiiGlobal } = await runCode(data.toString('utf8'), frame, maxResult);
+  if (failure) process.stderr.write(`Uncaught ${report(failure.e)}\n`);
+  await iiiGlobal.close(2000);
+  const code = failure || turn.failed ? 1 : (process.exitCode ?? 0);
+  process.exitCode = undefined;
+  writeStatus(turn.status, code);
+  fs.closeSync(turn.status);
+  turn.status = null;
+  reopen(1, '/dev/null');
+  reopen(2, '/dev/null');
+}
+
+await session();

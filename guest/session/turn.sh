@@ -1,0 +1,153 @@
+# sandbox-code-runner: one run into a session (a kept runtime whose
+# interpreter keeps its globals between runs), as one exec:
+#   sh -c 'eval "$SCR_TURN"' sh root <guest uid:gid> <budget s> <lang> [<harness>]
+# with this file as SCR_TURN and the run's request on stdin (a header line
+# {"env": {..}, "stdin": <n>}, then the n bytes of code).
+#
+# As root it only makes sure of the session's directory, /tmp/.scr/session
+# (in root's /tmp/.scr, which no guest can change; the directory itself is
+# the guest's), and becomes the guest user for good (setpriv, util-linux,
+# in every Debian-based image): the rest runs as the guest, as the
+# session's interpreter does, so guest code can do nothing to it that it
+# could not do to itself.
+#
+# As the guest: when no interpreter lives in the directory it starts one
+# with the harness (without one the turn ends `lost` and the worker sends
+# it), in its own session, holding the FIFOs `in` (fd 3) and `life` (fd 4)
+# read-write. It hands the interpreter this shell's pid on `in`; the
+# interpreter reads the request from this shell's fd 6 and writes through
+# its fds 7 and 8 (/proc/<pid>/fd: nothing is copied), writes "137" to
+# status.<pid> once it took the run and the run's exit code once done, then
+# says `done <pid>` on `life` (its end is the interpreter's). A watchdog
+# says `timeout <pid>` there once the budget passed: the interpreter's
+# whole session is killed, and the next run starts a fresh one on the same
+# files. The last stderr line is the
+# verdict: "\036SCR-SESSION <new|continued> <exit N|timeout|lost>".
+
+# (SCR_SESSION, set in the exec's env, moves it: for tests on a host.)
+SCR_SESSION=${SCR_SESSION:-/tmp/.scr/session}
+
+scr_verdict() {
+  printf '\036SCR-SESSION %s %s\n' "$1" "$2" >&2
+  case $2 in
+    exit\ *) exit "${2#exit }" ;;
+    timeout) exit 124 ;;
+  esac
+  exit 0
+}
+
+# scr_turn_root <uid:gid> <budget> <lang> [<harness>]
+scr_turn_root() {
+  spec=${SCR_GUEST_USER:-$1}
+  u=${spec%%:*}
+  g=${spec#*:}
+  case "$u:$g" in
+    *:*:* | :* | *: | *[!0-9:]*) scr_refused "SCR_GUEST_USER=$spec is not <uid>:<gid>" ;;
+  esac
+  [ "$u" -gt 0 ] && [ "$g" -gt 0 ] || scr_refused "SCR_GUEST_USER=$spec names root"
+  root=${SCR_SESSION%/*}
+  mkdir -m 755 "$root" 2>/dev/null
+  [ -d "$root" ] && [ ! -h "$root" ] && [ -O "$root" ] || scr_refused "$root is not root's"
+  if [ -h "$SCR_SESSION" ] || { [ -e "$SCR_SESSION" ] && [ ! -d "$SCR_SESSION" ]; }; then
+    rm -f "$SCR_SESSION"
+  fi
+  if [ ! -d "$SCR_SESSION" ]; then
+    mkdir -m 700 "$SCR_SESSION" && chown "$u:$g" "$SCR_SESSION" ||
+      scr_refused "cannot make $SCR_SESSION"
+  fi
+  # The exec's streams are pipes the daemon's agent made, root's and 0600:
+  # the interpreter (the guest) reopens them through /proc, so they become
+  # the guest's (they carry only this run, and die with the exec).
+  pipes=
+  for f in 0 1 2; do
+    [ -p "/proc/$$/fd/$f" ] && pipes="$pipes /proc/$$/fd/$f"
+  done
+  [ -z "$pipes" ] || chown "$u:$g" $pipes || scr_refused "cannot hand the exec's streams over"
+  shift
+  # A sandbox whose user namespace maps one id has no other user to become.
+  rows=0
+  one=
+  while read -r _ _ n; do
+    rows=$((rows + 1))
+    one=$n
+  done </proc/self/uid_map
+  if [ "$rows" = 1 ] && [ "$one" = 1 ]; then
+    exec sh -c "$SCR_TURN" sh guest "$@"
+  fi
+  command -v setpriv >/dev/null 2>&1 || scr_refused "setpriv (util-linux) is not in the image"
+  exec setpriv --reuid="$u" --regid="$g" --clear-groups -- sh -c "$SCR_TURN" sh guest "$@"
+}
+
+scr_refused() {
+  echo "sandbox-code-runner: not running the session: $1" >&2
+  scr_verdict new "exit 1"
+}
+
+# scr_turn_guest <budget> <lang> [<harness>]
+scr_turn_guest() {
+  D=$SCR_SESSION
+  was=continued
+  p=
+  read -r p 2>/dev/null <"$D/pid"
+  # A live interpreter holds fd 3; a dead one (a zombie too) holds nothing.
+  if [ -z "$p" ] || [ ! -e "/proc/$p/fd/3" ]; then
+    [ -n "${3:-}" ] || scr_verdict continued lost
+    [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
+    rm -f "$D/in" "$D/life" "$D/pid" "$D/boot.err" "$D"/status.*
+    mkfifo -m 600 "$D/in" "$D/life" || scr_verdict new lost
+    # Its FIFOs are opened here, so that it holds `life` from the fork on;
+    # and nothing else of this exec (6-8 hold the exec's streams: an fd it
+    # kept would keep the exec from ending).
+    exec 3<>"$D/in" 5<>"$D/life"
+    case $2 in
+      python) (cd /tmp && exec setsid python3 -Ic "$3" "$D" </dev/null >/dev/null \
+        2>"$D/boot.err" 4<&5 5>&- 6>&- 7>&- 8>&- 9>&-) & ;;
+      *) (cd /tmp && exec setsid node --input-type=module -e "$3" "$D" </dev/null >/dev/null \
+        2>"$D/boot.err" 4<&5 5>&- 6>&- 7>&- 8>&- 9>&-) & ;;
+    esac
+    exec 3>&- 5>&-
+    p=$!
+    echo "$p" >"$D/pid"
+    was=new
+  fi
+  exec 9<>"$D/life" 4<"$D/life" 9>&- 6<&0 7>&1 8>&2
+  echo "$$" 1<>"$D/in"
+  (
+    exec </dev/null >/dev/null 2>&1 4<&- 6<&- 7>&- 8>&-
+    trap 'kill $! 2>/dev/null; exit 0' TERM
+    sleep "$1" &
+    wait $! || exit 0
+    echo timeout $$ 1<>"$D/life"
+  ) &
+  w=$!
+  # Lines on `life` name their turn: one an earlier turn's relay left
+  # unread is skipped. Its end (no line) is the interpreter's.
+  said=
+  while read -r said who <&4; do
+    [ "$who" = $$ ] && break
+    said=
+  done
+  if [ "$said" = timeout ]; then
+    kill -KILL -"$p" 2>/dev/null
+    rm -f "$D/pid"
+    scr_verdict "$was" timeout
+  fi
+  exec 4<&-
+  kill "$w" 2>/dev/null
+  st=
+  read -r st 2>/dev/null <"$D/status.$$"
+  rm -f "$D/status.$$"
+  case $st in
+    '')
+      [ "$was" = new ] && cat "$D/boot.err" >&2 2>/dev/null
+      scr_verdict "$was" lost
+      ;;
+    *[!0-9]*) st=137 ;;
+  esac
+  scr_verdict "$was" "exit $st"
+}
+
+case $1 in
+  root) shift && scr_turn_root "$@" ;;
+  guest) shift && scr_turn_guest "$@" ;;
+esac

@@ -1,0 +1,139 @@
+//! Sessions, the guest side as the worker speaks it: the exec of one run
+//! into a session (a kept runtime whose interpreter keeps its globals), and
+//! what its verdict means. Whether a runtime has one, and whether its
+//! interpreter is believed alive, is the runtime's (`runtime/session`).
+//!
+//! A session's interpreter runs as the guest user in its own session in the
+//! VM and serves every run of its runtime in one process, one at a time
+//! (the runtime's one slot serializes them). A run hands it the exec's
+//! streams as a pre-started interpreter's relay does, so nothing is copied:
+//! see `guest/session/turn.sh` for the protocol. The harness (the
+//! interpreter's script) travels only when no interpreter is believed
+//! alive; a run that finds none without it ends `lost` and is sent again
+//! with it.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use crate::guest::{NODE_RUN, PYTHON_RUN};
+use crate::ids::Lang;
+use crate::prestart::{bare, request};
+use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
+
+const TURN_SH: &str = include_str!("../guest/session/turn.sh");
+const PYTHON_SESSION: &str = include_str!("../guest/session/session.py");
+const NODE_SESSION: &str = include_str!("../guest/session/session.mjs");
+
+/// The verdict line a turn writes last on stderr.
+const VERDICT: &str = "\u{1e}SCR-SESSION ";
+
+/// The deadline a turn's exec is sent with, past the run's own: the turn
+/// enforces the run's budget itself (and kills the interpreter's session,
+/// which the daemon's deadline would not reach); the daemon's is the
+/// backstop, with room for an interpreter to start.
+const TURN_GRACE_MS: u64 = 5_000;
+
+fn turn_script() -> &'static str {
+    static BARE: OnceLock<String> = OnceLock::new();
+    BARE.get_or_init(|| bare(TURN_SH))
+}
+
+/// The session interpreter's script: the run wrapper's definitions (all but
+/// the cold start's last line) and the session's loop.
+fn harness(lang: Lang) -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    static NODE: OnceLock<String> = OnceLock::new();
+    let join = |wrapper: &str, tail: &str, session: &str| {
+        let head = wrapper
+            .trim_end()
+            .strip_suffix(tail)
+            .expect("the run wrapper ends with its cold start");
+        format!("{head}\n{session}")
+    };
+    match lang {
+        Lang::Python => PYTHON.get_or_init(|| join(PYTHON_RUN, "_main()", PYTHON_SESSION)),
+        Lang::Node => NODE.get_or_init(|| join(NODE_RUN, "await main();", NODE_SESSION)),
+    }
+}
+
+/// The guest user a language's image runs guest code as (the wrappers'
+/// default, which `SCR_GUEST_USER` in the VM overrides there too).
+fn guest_user(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "1000:100",
+        Lang::Node => "1000:1000",
+    }
+}
+
+/// The exec of run `p` (a run wrapper's exec: its env and its code on
+/// stdin) as a turn of `lang`'s session; `start` carries the harness, so a
+/// turn that finds no interpreter starts one.
+pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool) -> ExecParams {
+    let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
+    let mut argv: Vec<String> = ["sh", "-c", "eval \"$SCR_TURN\"", "sh", "root"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    argv.extend([
+        guest_user(lang).to_string(),
+        seconds,
+        lang.as_str().to_string(),
+    ]);
+    if start {
+        argv.push(harness(lang).to_string());
+    }
+    ExecParams {
+        argv,
+        stdin: Some(request(p)),
+        env: BTreeMap::from([("SCR_TURN".to_string(), turn_script().to_string())]),
+        timeout_ms: p.timeout_ms.saturating_add(TURN_GRACE_MS),
+        workdir: p.workdir.clone(),
+    }
+}
+
+/// Whether a turn found its interpreter or started one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interpreter {
+    Started,
+    Found,
+}
+
+/// What a turn's exec came to.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Turn {
+    /// The run ran; its output as a cold exec would have given it.
+    Ran(Interpreter, ExecOutput),
+    /// No interpreter took the run: none lived and no harness came, or the
+    /// one started died before it took it (its boot errors on stderr).
+    Lost(Interpreter, String),
+    /// The budget passed; the interpreter went with the run.
+    TimedOut(SandboxError),
+}
+
+/// Reads a turn's verdict off the end of its stderr. Without one (the
+/// daemon cut a stderr over 1 MiB) the run ran in the interpreter it found:
+/// a run is never run twice.
+pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Turn {
+    let Some(at) = out.stderr.rfind(VERDICT) else {
+        return Turn::Ran(Interpreter::Found, out);
+    };
+    let said = out.stderr[at + VERDICT.len()..].trim_end().to_string();
+    out.stderr.truncate(at);
+    let (which, what) = said.split_once(' ').unwrap_or((said.as_str(), ""));
+    let interpreter = match which {
+        "new" => Interpreter::Started,
+        _ => Interpreter::Found,
+    };
+    match what.split_once(' ') {
+        _ if what == "lost" => Turn::Lost(interpreter, out.stderr),
+        _ if what == "timeout" => Turn::TimedOut(SandboxError::exec_timed_out(timeout_ms)),
+        Some(("exit", code)) => {
+            out.exit_code = code.parse().ok();
+            Turn::Ran(interpreter, out)
+        }
+        _ => Turn::Ran(interpreter, out),
+    }
+}
+
+#[cfg(test)]
+mod tests;
