@@ -362,6 +362,10 @@ fn main() {
     if group_enabled("fan_in") {
         fan_in::fan_in(&rt);
     }
+    // ---- issue 34: a run into a session against one into a plain kept runtime ----
+    if group_enabled("session") {
+        session::session(&rt);
+    }
     if group_enabled("kept_memory") {
         scaling::kept_memory(&rt, &url, &client);
     }

@@ -86,7 +86,7 @@ pub struct OnConfigChangeResponse {
 pub(crate) const GUIDANCE: &str = "\
 ## Running code (sandbox-code-runner)
 - `sandbox-code-runner::run {lang: \"python\"|\"node\", code}` runs code in a fresh microVM and destroys it before answering (one-shot). Add `keep: true` to keep the VM; the answer's `runtime_id` then runs more code there: `run {runtime_id, code}`.
-- On a kept runtime, files and installed packages persist between runs; variables do not (every run is a fresh process). Keep state in files.
+- On a kept runtime, files and installed packages persist between runs; variables do not (every run is a fresh process). Keep state in files, or keep the VM with `keep: true, session: true`: later runs then share one interpreter, like a notebook's cells (python globals; node `globalThis`), until a run times out (the answer's `session` says `reset`).
 - A failing script is still an answer: check `success`, `exit_code` and `stderr`. Errors (`sandbox-code-runner::…`) mean bad input or infrastructure.
 - `sandbox-code-runner::register_function {function_id: \"my-app::name\", lang, source}` publishes a bus function. `source` defines `handler(payload)` (python `def handler(payload):`, node `export function handler(payload)`) returning JSON; call it like any function.
 - `sandbox-code-runner::teardown {runtime_id}` or `{namespace: \"my-app\"}` stops runtimes you no longer need and unregisters their functions.
@@ -245,6 +245,7 @@ mod tests {
             "keep: true",
             "files",
             "variables do not",
+            "session: true",
             "failing script",
             "register_function",
             "handler(payload)",

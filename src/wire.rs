@@ -13,7 +13,8 @@ use serde_json::Value;
 use crate::error::WorkerError;
 use crate::ids::Lang;
 
-/// Input of `sandbox-code-runner::run`. `Debug` redacts `runtime_id`.
+/// Input of `sandbox-code-runner::run`.
+// `Debug` redacts `runtime_id` (not in the published schema's text).
 #[derive(Clone, Deserialize, JsonSchema)]
 #[schemars(title = "RunRequest")]
 pub struct RunRequest {
@@ -28,7 +29,8 @@ pub struct RunRequest {
     /// runtime's own language.
     #[serde(default)]
     pub lang: Option<Lang>,
-    /// Run in this kept runtime: same filesystem, fresh process.
+    /// Run in this kept runtime: same filesystem; a fresh process unless
+    /// the runtime was kept with a session (`session`).
     #[serde(default)]
     pub runtime_id: Option<String>,
     /// Wall-clock budget in ms; missing or 0 means the configured default,
@@ -46,7 +48,7 @@ pub struct RunRequest {
 }
 
 /// Output of `sandbox-code-runner::run`. A failing script is still this.
-/// `Debug` redacts `runtime_id`.
+// `Debug` redacts `runtime_id`.
 #[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "RunResponse")]
 pub struct RunResponse {
@@ -167,7 +169,7 @@ pub struct RegisterResponse {
 }
 
 /// Input of `sandbox-code-runner::teardown`: exactly one of the two fields.
-/// `Debug` redacts `runtime_id`.
+// `Debug` redacts `runtime_id`.
 #[derive(Clone, Deserialize, JsonSchema)]
 #[schemars(title = "TeardownRequest")]
 pub struct TeardownRequest {
@@ -178,7 +180,8 @@ pub struct TeardownRequest {
     pub namespace: Option<String>,
 }
 
-/// Output of `sandbox-code-runner::teardown`. `Debug` redacts `runtime_id`.
+/// Output of `sandbox-code-runner::teardown`.
+// `Debug` redacts `runtime_id`.
 #[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(title = "TeardownResponse")]
 pub struct TeardownResponse {
