@@ -16,9 +16,11 @@ use super::prestart::{paired_ratio, Side};
 use super::*;
 
 const ROUNDS: usize = 60;
-/// A session may cost a run a little more than a fresh process does (its
-/// turn drops to the guest user in a shell of its own); not half again.
-const RATIO_LIMIT: f64 = 1.5;
+/// A turn drops to the guest user before it talks to the interpreter: a
+/// `chown` of the exec's pipes and a `setpriv`, ~1 ms each here, and its
+/// watchdog ~1 ms, against a pre-started relay's shell builtins. Twice a
+/// plain kept run's time at most.
+const RATIO_LIMIT: f64 = 2.0;
 /// The daemon's default `memory_mb` is 512; an idle session should hold a
 /// small part of it.
 const IDLE_LIMIT_MIB: f64 = 64.0;
