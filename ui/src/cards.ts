@@ -64,9 +64,13 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
   const outRuntime = str(output.runtime_id);
   const runtime = outRuntime ?? inRuntime;
 
+  // A session's state: what the answer says, else what the request asked.
+  const session = str(output.session) ?? (input.session === true ? "asked" : undefined);
+
   const badges: Child[] = [
     langBadge(lang) ?? (inRuntime ? badge("kept runtime", "plain") : null),
     inRuntime ? badge("reuse", "mode") : keep ? badge("keep", "mode") : badge("one-shot", "mode"),
+    session ? badge(session === "asked" ? "session" : `session ${session}`, "mode") : null,
     num(input.timeout_ms) ? badge(`timeout ${duration(num(input.timeout_ms) as number)}`, "plain") : null,
   ];
 
@@ -102,6 +106,14 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
         "Nothing was kept: only a keep run that succeeds leaves a runtime behind.",
       );
     }
+  }
+  if (session === "reset" && !unsettled) {
+    verdict.detail = h(
+      "span",
+      null,
+      verdict.detail ? h("span", null, verdict.detail, " ") : null,
+      "The session's interpreter was lost (a timeout or an exit): this run started a fresh one on the same files, so earlier globals are gone.",
+    );
   }
   if (runtime) {
     verdict.aside = h("span", { class: "scr-runtime" }, h("span", { class: "scr-runtime-label" }, inRuntime ? "in runtime" : "kept runtime"), secretChip(runtime));

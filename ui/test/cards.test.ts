@@ -151,6 +151,18 @@ describe("run", () => {
     const withValue = renderCardToString({ function_id: "sandbox-code-runner::run", input: { lang: "node", code: "return 4" }, output: { stdout: "", stderr: "", exit_code: 0, success: true, duration_ms: 3, result: { n: 4 } } });
     expect(withValue).toContain("&quot;n&quot;: 4");
   });
+
+  it("names a session's state, and says what a reset lost", () => {
+    const base = { stdout: "", stderr: "", exit_code: 0, success: true, duration_ms: 3, result: null, runtime_id: "rt-00000000-0000-4000-8000-000000000001" };
+    const continued = renderCardToString({ function_id: "sandbox-code-runner::run", input: { runtime_id: base.runtime_id, code: "x" }, output: { ...base, session: "continued" } });
+    expect(continued).toContain("session continued");
+    expect(continued).not.toContain("interpreter was lost");
+    const reset = renderCardToString({ function_id: "sandbox-code-runner::run", input: { runtime_id: base.runtime_id, code: "x" }, output: { ...base, session: "reset" } });
+    expect(reset).toContain("session reset");
+    expect(reset).toContain("earlier globals are gone");
+    const plain = renderCardToString({ function_id: "sandbox-code-runner::run", input: { lang: "python", code: "x", keep: true }, output: { ...base } });
+    expect(plain).not.toContain("session");
+  });
 });
 
 describe("register_function", () => {
