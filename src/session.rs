@@ -27,10 +27,10 @@ const NODE_SESSION: &str = include_str!("../guest/session/session.mjs");
 /// The verdict line a turn writes last on stderr.
 const VERDICT: &str = "\u{1e}SCR-SESSION ";
 
-/// The deadline a turn's exec is sent with, past the run's own: the turn
+/// The deadline a turn's exec is sent with, past the run's own. The turn
 /// enforces the run's budget itself (and kills the interpreter's session,
-/// which the daemon's deadline would not reach); the daemon's is the
-/// backstop, with room for an interpreter to start.
+/// which the exec's deadline would not reach); this is the backstop, with
+/// room for an interpreter to start.
 const TURN_GRACE_MS: u64 = 5_000;
 
 fn turn_script() -> &'static str {

@@ -1,3 +1,5 @@
+//! The session turn's exec and verdicts, and turns run on this host as a VM runs them.
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -114,8 +116,8 @@ fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_re
         assert_eq!(e.timeout_ms, 2500 + TURN_GRACE_MS);
         let stdin = e.stdin.as_deref().unwrap();
         let nl = stdin.iter().position(|b| *b == b'\n').unwrap();
-        let header: serde_json::Value = serde_json::from_slice(&stdin[..nl]).unwrap();
-        assert_eq!(header["env"]["III_GUEST_TOKEN"], "tok");
+        let header = String::from_utf8_lossy(&stdin[..nl]);
+        assert!(header.contains(r#""III_GUEST_TOKEN":"tok""#), "{header}");
         assert_eq!(&stdin[nl + 1..], b"x = 1");
     }
     assert!(harness(Lang::Node).trim_end().ends_with("await session();"));
