@@ -57,15 +57,6 @@ fn dir(generation: u64) -> String {
     format!("/tmp/.scr/pre/{generation}")
 }
 
-/// What starts a language's waiting interpreters (relay.sh): python's one
-/// fork server, or node's two interpreters.
-fn spawner(lang: Lang) -> &'static str {
-    match lang {
-        Lang::Python => "scr_spawn",
-        Lang::Node => "scr_fill",
-    }
-}
-
 /// How a new waiting interpreter starts among the ones a VM has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Start {
@@ -76,14 +67,27 @@ pub(crate) enum Start {
     Beside,
 }
 
-/// The shell command that starts generation `next` of `lang`, `prefix`
-/// (e.g. an `env -u …`) before the interpreter's argv.
-fn spawn_command(lang: Lang, next: u64, start: Start, prefix: &str) -> String {
-    let spawner = match (lang, start) {
-        (Lang::Python, Start::Beside) => "scr_add",
-        _ => spawner(lang),
-    };
-    format!("{spawner} {} {prefix}{}", dir(next), interpreter(lang))
+/// The shell command that starts generation `next` of `lang` in a VM that
+/// runs `slots` calls at once, `prefix` (e.g. an `env -u …`) before the
+/// interpreter's argv. Node keeps one interpreter more than the slots
+/// waiting or busy (each call uses one up); python one server per slot,
+/// counted by the VM table.
+fn spawn_command(lang: Lang, next: u64, start: Start, slots: usize, prefix: &str) -> String {
+    let interpreter = interpreter(lang);
+    match (lang, start) {
+        (Lang::Python, Start::Beside) => format!("scr_add {} {prefix}{interpreter}", dir(next)),
+        (Lang::Python, Start::Alone) => format!("scr_spawn {} {prefix}{interpreter}", dir(next)),
+        (Lang::Node, _) => format!(
+            "scr_fill {} {} {prefix}{interpreter}",
+            dir(next),
+            node_interpreters(slots)
+        ),
+    }
+}
+
+/// Node interpreters a VM with `slots` call slots keeps, waiting or busy.
+pub(crate) fn node_interpreters(slots: usize) -> usize {
+    slots.max(1) + 1
 }
 
 /// The interpreter command the spawner runs (the harness is `$1` of the
@@ -147,20 +151,28 @@ fn sh(script: String, args: Vec<String>, timeout_ms: u64) -> ExecParams {
     }
 }
 
-/// An exec that only starts a waiting interpreter (generation `next`).
+/// An exec that only starts a waiting interpreter (generation `next`) in
+/// a VM no call is using (it serves one call at a time until it is a
+/// namespace's, whose calls fill it up to its slots).
 pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
-    let command = spawn_command(lang, next, Start::Alone, "");
+    let command = spawn_command(lang, next, Start::Alone, 1, "");
     shell(lang, command, Vec::new(), 30_000)
 }
 
 /// `p` as it runs today, after starting a waiting interpreter for the next
 /// call. The interpreter must not inherit `p`'s env (the call's token): the
 /// spawner drops each of its keys.
-pub(crate) fn cold_then_spawn(lang: Lang, next: u64, start: Start, p: ExecParams) -> ExecParams {
+pub(crate) fn cold_then_spawn(
+    lang: Lang,
+    next: u64,
+    start: Start,
+    slots: usize,
+    p: ExecParams,
+) -> ExecParams {
     let unset: String = p.env.keys().map(|k| format!("-u {k} ")).collect();
     let command = format!(
         "{}; shift; exec \"$@\"",
-        spawn_command(lang, next, start, &format!("env {unset}"))
+        spawn_command(lang, next, start, slots, &format!("env {unset}"))
     );
     let mut e = shell(lang, command, p.argv, p.timeout_ms);
     e.stdin = p.stdin;
@@ -177,6 +189,7 @@ pub(crate) fn relay_exec(
     lang: Lang,
     using: u64,
     next: Option<(u64, Start)>,
+    slots: usize,
     p: &ExecParams,
 ) -> ExecParams {
     let timeout_ms = p.timeout_ms.saturating_add(RELAY_GRACE_MS);
@@ -201,7 +214,7 @@ pub(crate) fn relay_exec(
                     let command = format!(
                         "{}\nSCR_NEXT='{retire}{}'; {relay}",
                         relay_fork(),
-                        spawn_command(lang, n, start, "")
+                        spawn_command(lang, n, start, slots, "")
                     );
                     shell(lang, command, Vec::new(), timeout_ms)
                 }
@@ -209,8 +222,10 @@ pub(crate) fn relay_exec(
         }
         // Node serves one call per interpreter: it takes the exec's streams
         // itself, as a fork server's child does, and the relay's watchdog
-        // enforces the budget. Two wait; the relay picks a warm one, and a
-        // new one starts once this call has its verdict (`scr_told` runs
+        // enforces the budget. One more than the slots wait or serve; the
+        // relay picks a warm one (several relays at once each pick their
+        // own: one that finds it taken runs cold), and a new one starts
+        // once this call has its verdict (`scr_told` runs
         // `$SCR_NEXT`, a `scr_fill`). The relay carries the spawner's
         // functions but no harness: a spawner starts node from the file.
         Lang::Node => {
@@ -218,7 +233,7 @@ pub(crate) fn relay_exec(
             if let Some((n, start)) = next {
                 command.push_str(&format!(
                     "SCR_NEXT='{}'; ",
-                    spawn_command(lang, n, start, "")
+                    spawn_command(lang, n, start, slots, "")
                 ));
             }
             let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
@@ -372,7 +387,7 @@ mod tests {
             std::fs::write(pre.join(name).join("pid"), format!("{pid}\n")).unwrap();
         }
         let script = format!(
-            "{}\nSCR_PRE={p}\nscr_fill {p}/next sh -c 'exec sleep 30' sh\n",
+            "{}\nSCR_PRE={p}\nscr_fill {p}/next 2 sh -c 'exec sleep 30' sh\n",
             relay(),
             p = pre.display()
         );
@@ -475,7 +490,7 @@ mod tests {
             timeout_ms: 2500,
             workdir: None,
         };
-        let r = relay_exec(Lang::Python, 4, Some((5, Start::Alone)), &p);
+        let r = relay_exec(Lang::Python, 4, Some((5, Start::Alone)), 1, &p);
         let stdin = r.stdin.unwrap();
         let nl = stdin.iter().position(|b| *b == b'\n').unwrap();
         let header: serde_json::Value = serde_json::from_slice(&stdin[..nl]).unwrap();
@@ -497,7 +512,7 @@ mod tests {
         assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");
         // Beside other servers, the replaced one is retired and the next
         // added without ending the busy ones.
-        let beside = relay_exec(Lang::Python, 4, Some((5, Start::Beside)), &p);
+        let beside = relay_exec(Lang::Python, 4, Some((5, Start::Beside)), 3, &p);
         assert!(
             beside.argv[2].contains(
                 r#"SCR_NEXT='scr_retire /tmp/.scr/pre/4; scr_add /tmp/.scr/pre/5 python3 -Ic "$SCR_HARNESS"'"#
@@ -510,7 +525,7 @@ mod tests {
             "no spawn that ends the others"
         );
         // A relay into a server that stays is builtins only: no spawner, no harness.
-        let fast = relay_exec(Lang::Python, 4, None, &p);
+        let fast = relay_exec(Lang::Python, 4, None, 1, &p);
         assert_eq!(fast.argv.len(), 3);
         assert!(!fast.argv[2].contains("scr_spawn() {"), "{}", fast.argv[2]);
         assert_eq!(fast.stdin.as_deref(), Some(&stdin[..]));
@@ -528,9 +543,9 @@ mod tests {
             timeout_ms: 100,
             workdir: Some("/tmp".into()),
         };
-        let e = cold_then_spawn(Lang::Node, 9, Start::Alone, p);
+        let e = cold_then_spawn(Lang::Node, 9, Start::Alone, 3, p);
         assert!(e.argv[2]
-            .contains("scr_fill /tmp/.scr/pre/9 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
+            .contains("scr_fill /tmp/.scr/pre/9 4 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
         assert_eq!(&e.argv[5..], ["node", "-e", "W"]);
         assert_eq!(e.env.len(), 2, "the cold call keeps its own env");
     }

@@ -57,20 +57,23 @@ scr_retire() {
   rm -rf "$1"
 }
 
-# scr_fill <base> <interpreter argv…>: node's: a node interpreter serves one
-# call, and starting one takes longer than a call, so two wait: a call
-# takes one, and the next call, even straight after it, finds the other
+# scr_fill <base> <keep> <interpreter argv…>: node's: a node interpreter
+# serves one call, and starting one takes longer than a call, so <keep>
+# wait (the worker asks for one more than the runtime's call slots): each
+# call takes one, and the next call, even straight after it, finds another
 # ready while a new one warms (started here, at the verdict: never more
-# than two exist). Keeps two live ones (waiting, or serving a call: that
-# one is its relay's to remove), removes the rest, and starts <base>.0 and
-# <base>.1 as needed. Fills run one at a time (a verdict's fill may still
-# run when the next call's verdict comes), under a lock on .fill, taken
-# with util-linux's flock (like setsid, in any Debian-based image); without
-# it they run as they come. (Ones started before the SDK was planted serve
-# a call each, as a cold start would: the wrapper loads the SDK itself.)
+# than <keep> exist). Keeps <keep> live ones (waiting, or serving a call:
+# that one is its relay's to remove), removes the rest, and starts
+# <base>.0, <base>.1, … as needed. Fills run one at a time (a verdict's
+# fill may still run when the next call's verdict comes), under a lock on
+# .fill, taken with util-linux's flock (like setsid, in any Debian-based
+# image); without it they run as they come. (Ones started before the SDK
+# was planted serve a call each, as a cold start would: the wrapper loads
+# the SDK itself.)
 scr_fill() {
   n=$1
-  shift
+  keep=$2
+  shift 2
   scr_own || return 0
   # Node starts from this file (a relay does not carry the harness): the
   # exec that does writes it, whole or not at all.
@@ -88,13 +91,13 @@ scr_fill() {
       read -r p 2>/dev/null <"$q/pid"
       if [ -n "$p" ] && [ -e "/proc/$p/exe" ]; then
         [ -e "/proc/$p/fd/3" ] || { live=$((live + 1)); continue; }
-        [ "$live" -lt 2 ] && { live=$((live + 1)); continue; }
+        [ "$live" -lt "$keep" ] && { live=$((live + 1)); continue; }
       fi
       [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
       rm -rf "$q"
     done
     k=0
-    while [ "$live" -lt 2 ]; do
+    while [ "$live" -lt "$keep" ]; do
       scr_start "$n.$k" "$@"
       live=$((live + 1))
       k=$((k + 1))

@@ -241,6 +241,12 @@ impl VmLease {
         self.vms.table.take_waiting(&self.id)
     }
 
+    /// The VM's latest waiting generation, left waiting (node's: see
+    /// `VmTable::peek_waiting`).
+    pub(crate) fn peek_waiting(&self) -> Option<Waiting> {
+        self.vms.table.peek_waiting(&self.id)
+    }
+
     pub(crate) fn interpreter_returned(&self) {
         self.vms.table.returned(&self.id);
     }

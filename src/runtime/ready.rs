@@ -38,7 +38,15 @@ pub(super) async fn exec_call(
     }
     let lang = vm.lang();
     let again = then == Then::ServesAgain;
-    let Some(waiting) = vm.take_waiting() else {
+    // Python's servers are the table's to count: a call takes one. Node's
+    // interpreters are the guest's (`scr_fill` keeps one more than the
+    // slots): calls at once each relay to one of them, naming the latest
+    // fill's generation.
+    let taken = match lang {
+        Lang::Python => vm.take_waiting(),
+        Lang::Node => vm.peek_waiting(),
+    };
+    let Some(waiting) = taken else {
         return cold(vm, p, again, slots).await;
     };
     // Python's fork server serves every call of the VM; a node interpreter
@@ -59,7 +67,13 @@ pub(super) async fn exec_call(
     });
     let timeout_ms = p.timeout_ms;
     let relayed = vm
-        .exec(prestart::relay_exec(lang, waiting.generation, next, &p))
+        .exec(prestart::relay_exec(
+            lang,
+            waiting.generation,
+            next,
+            slots,
+            &p,
+        ))
         .await;
     let keeps = match next {
         Some((n, _)) => Some(n),
@@ -67,7 +81,9 @@ pub(super) async fn exec_call(
         None => None,
     };
     settle_start(vm, next.map(|(_, s)| s), waits_after(keeps, &relayed));
-    vm.interpreter_returned();
+    if lang == Lang::Python {
+        vm.interpreter_returned();
+    }
     match prestart::verdict(relayed?, timeout_ms) {
         Verdict::Ran(out) => Ok(out),
         Verdict::TimedOut(e) => Err(e),
@@ -104,7 +120,7 @@ async fn cold(
     };
     let next = start.map(|s| (vm.next_generation(), s));
     let cold = match next {
-        Some((n, s)) => prestart::cold_then_spawn(vm.lang(), n, s, p),
+        Some((n, s)) => prestart::cold_then_spawn(vm.lang(), n, s, slots, p),
         None => p,
     };
     let out = vm.exec(cold).await;

@@ -391,6 +391,13 @@ impl VmTable {
         Some(w)
     }
 
+    /// The latest generation waiting in the VM, left there: node's
+    /// interpreters are counted in the guest (`scr_fill`), and calls at
+    /// once each relay to one of them.
+    pub(crate) fn peek_waiting(&self, id: &SandboxId) -> Option<Waiting> {
+        self.lock().vms.get(id)?.waiting.last().cloned()
+    }
+
     /// A call that took an interpreter is done with it.
     pub(crate) fn returned(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
@@ -453,6 +460,10 @@ impl VmTable {
     pub(crate) fn put_waiting(&self, id: &SandboxId, generation: u64) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             if vm.state != VmState::Stopping {
+                // A node fill replaces the last: one generation names them.
+                if vm.lang == Lang::Node {
+                    vm.waiting.clear();
+                }
                 vm.waiting.push(Waiting {
                     generation,
                     stale: false,

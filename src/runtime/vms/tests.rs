@@ -135,3 +135,28 @@ fn a_closed_pool_reserves_nothing_and_counts_what_still_boots() {
 fn a_sandbox_id_never_shows_in_debug_output() {
     assert_eq!(format!("{:?}", id("secret-vm")), "SandboxId(..)");
 }
+
+/// Node's interpreters are counted in the guest: calls at once all relay
+/// to the latest fill's generation, which none of them takes, and each
+/// fill replaces the one before it. Python's servers are taken one each.
+#[test]
+fn node_calls_share_the_latest_fill_and_python_calls_take_a_server_each() {
+    let t = VmTable::new(0);
+    for (n, lang) in [("node", Lang::Node), ("py", Lang::Python)] {
+        t.reserve(lang);
+        t.booted(&id(n), lang);
+        t.put_waiting(&id(n), 1);
+        t.put_waiting(&id(n), 2);
+    }
+    let latest = Some(Waiting {
+        generation: 2,
+        stale: false,
+    });
+    assert_eq!(t.peek_waiting(&id("node")), latest);
+    assert_eq!(t.peek_waiting(&id("node")), latest, "left waiting");
+    assert_eq!(t.take_waiting(&id("node")), latest);
+    assert_eq!(t.take_waiting(&id("node")), None, "one fill names them all");
+    assert_eq!(t.take_waiting(&id("py")), latest);
+    assert_eq!(t.take_waiting(&id("py")).map(|w| w.generation), Some(1));
+    assert_eq!(t.take_waiting(&id("py")), None);
+}
