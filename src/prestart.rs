@@ -298,12 +298,7 @@ mod tests {
     use rstest::rstest;
 
     fn out(stderr: &str, code: i32) -> ExecOutput {
-        ExecOutput {
-            stdout: "o".into(),
-            stderr: stderr.into(),
-            exit_code: Some(code),
-            duration_ms: 1,
-        }
+        ExecOutput::exited(stderr, code)
     }
 
     #[rstest]
@@ -365,29 +360,43 @@ mod tests {
         assert!(harness(Lang::Node).starts_with("const WRAPPERS = [\""));
     }
 
-    /// A fill runs in the background after a verdict, so the next call may
-    /// already be served when it looks: it counts the interpreter serving
-    /// a call (alive, `in` let go) as one of the two and leaves it to its
-    /// relay, removes dead ones, and starts only what makes two.
+    /// A fill runs in the background after a verdict, so the next calls may
+    /// already be served when it looks: it counts the interpreters serving
+    /// a call (alive, `in` let go) or claimed by a relay that still runs
+    /// as busy and leaves them to their relays, removes dead ones and ones
+    /// whose relay is gone (killed: nothing else would end them), and
+    /// starts only what makes three.
     #[test]
-    fn a_fill_leaves_the_interpreter_serving_a_call_alone() {
+    fn a_fill_leaves_busy_interpreters_alone_and_ends_abandoned_ones() {
         use std::os::unix::process::CommandExt;
         use std::process::Command;
         let pre = std::env::temp_dir().join(format!("scr-fill-{}", uuid::Uuid::new_v4().simple()));
-        // Its own process group, as an interpreter's session is.
-        let mut serving = Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .expect("sleep runs");
+        // Each in its own process group, as an interpreter's session is.
+        let sleeper = || {
+            Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .expect("sleep runs")
+        };
+        let (mut serving, mut held, mut abandoned) = (sleeper(), sleeper(), sleeper());
         let mut gone = Command::new("true").spawn().expect("true runs");
         gone.wait().unwrap();
-        for (name, pid) in [("serving", serving.id()), ("dead", gone.id())] {
+        let this = std::process::id();
+        for (name, pid, claim) in [
+            ("serving", serving.id(), None),
+            ("held", held.id(), Some(this)),
+            ("abandoned", abandoned.id(), Some(gone.id())),
+            ("dead", gone.id(), None),
+        ] {
             std::fs::create_dir_all(pre.join(name)).unwrap();
             std::fs::write(pre.join(name).join("pid"), format!("{pid}\n")).unwrap();
+            if let Some(c) = claim {
+                std::fs::write(pre.join(name).join("claim"), format!("{c}\n")).unwrap();
+            }
         }
         let script = format!(
-            "{}\nSCR_PRE={p}\nscr_fill {p}/next 2 sh -c 'exec sleep 30' sh\n",
+            "{}\nSCR_PRE={p}\nscr_fill {p}/next 3 sh -c 'exec sleep 30' sh\n",
             relay(),
             p = pre.display()
         );
@@ -400,6 +409,19 @@ mod tests {
             .filter_map(|n| std::fs::read_to_string(pre.join(n).join("pid")).ok())
             .collect();
         let serving_alive = serving.try_wait().unwrap().is_none();
+        let held_alive = held.try_wait().unwrap().is_none();
+        // Killed by the fill (or still alive at the deadline: then it is).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let abandoned_ended = loop {
+            match abandoned.try_wait().unwrap() {
+                Some(status) => break Some(status.success()),
+                None if std::time::Instant::now() > deadline => {
+                    let _ = abandoned.kill();
+                    break None;
+                }
+                None => std::thread::yield_now(),
+            }
+        };
         // Each started one's session (never `kill -1`: a pid that is not one
         // is skipped).
         for pid in started.iter().filter_map(|p| p.trim().parse::<u32>().ok()) {
@@ -409,12 +431,25 @@ mod tests {
             }
         }
         let _ = serving.kill();
-        let dead_left = pre.join("dead").exists();
+        let _ = held.kill();
+        let left = |n: &str| pre.join(n).exists();
+        let (dead_left, abandoned_left, held_left) =
+            (left("dead"), left("abandoned"), left("held"));
         let _ = std::fs::remove_dir_all(&pre);
         assert!(filled.success());
         assert!(serving_alive, "the call being served was left alone");
+        assert!(
+            held_alive && held_left,
+            "a live relay's claim was left alone"
+        );
+        assert_eq!(
+            abandoned_ended,
+            Some(false),
+            "a gone relay's interpreter was killed"
+        );
+        assert!(!abandoned_left, "and removed");
         assert!(!dead_left, "a dead one is removed");
-        assert_eq!(started.len(), 1, "one more makes two: {started:?}");
+        assert_eq!(started.len(), 1, "one more makes three: {started:?}");
     }
 
     /// What waits runs as root and loads what its directory holds, so it

@@ -199,6 +199,20 @@ pub struct ExecOutput {
     pub duration_ms: u64,
 }
 
+#[cfg(test)]
+impl ExecOutput {
+    /// An exec that printed "o" and `stderr` and exited `code`: what a
+    /// verdict is read off.
+    pub(crate) fn exited(stderr: &str, code: i32) -> ExecOutput {
+        ExecOutput {
+            stdout: "o".into(),
+            stderr: stderr.into(),
+            exit_code: Some(code),
+            duration_ms: 1,
+        }
+    }
+}
+
 /// One entry of `sandbox::list`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedSandbox {

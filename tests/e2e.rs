@@ -681,6 +681,39 @@ async fn a_call_killed_by_a_signal_reads_the_same_forked_or_cold() {
     assert_eq!(seen[0], seen[1]);
 }
 
+/// Node interpreters on this host (not the shells and `setsid`s that start
+/// them), by VM (the double's mount namespace).
+struct NodeInterpreters {
+    /// The most in one VM.
+    most: usize,
+    /// How many are in the VM whose /tmp has the marker file.
+    here: usize,
+    /// Of those, how many wait for a call (they hold `in`, fd 3).
+    waiting_here: usize,
+}
+
+fn node_interpreters(marker: &str) -> NodeInterpreters {
+    let mut by_vm: std::collections::HashMap<String, (usize, bool, usize)> = Default::default();
+    for pid in pids_with("/tmp/.scr/pre/ready.mjs") {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
+            continue;
+        };
+        if exe.file_name().is_some_and(|n| n == "node") {
+            let vm = by_vm.entry(ns.to_string_lossy().into_owned()).or_default();
+            vm.0 += 1;
+            vm.1 |= std::path::Path::new(&format!("/proc/{pid}/root{marker}")).exists();
+            vm.2 += usize::from(std::path::Path::new(&format!("/proc/{pid}/fd/3")).exists());
+        }
+    }
+    let here = by_vm.values().find(|v| v.1).copied().unwrap_or_default();
+    NodeInterpreters {
+        most: by_vm.values().map(|v| v.0).max().unwrap_or(0),
+        here: here.0,
+        waiting_here: here.2,
+    }
+}
+
 /// Node cannot fork, and starting an interpreter takes longer than a call,
 /// so a node namespace runtime keeps one interpreter more than its call
 /// slots (`handler_concurrency`, 3 by default): calls straight after each
@@ -701,32 +734,11 @@ async fn a_node_runtime_keeps_one_interpreter_more_than_its_slots_and_never_more
     )
     .await
     .unwrap();
-    // Node interpreters on this host (not the shells and `setsid`s that
-    // start them), by VM (the double's mount namespace): the most in one VM,
-    // and how many wait in the VM that ran the calls (whose /tmp has the marker).
     let ours = {
         let marker = marker.clone();
         move || {
-            let mut by_vm: std::collections::HashMap<String, (usize, bool)> = Default::default();
-            for pid in pids_with("/tmp/.scr/pre/ready.mjs") {
-                let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-                let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
-                    continue;
-                };
-                if exe.file_name().is_some_and(|n| n == "node") {
-                    let vm = by_vm.entry(ns.to_string_lossy().into_owned()).or_default();
-                    vm.0 += 1;
-                    vm.1 |= std::path::Path::new(&format!("/proc/{pid}/root{marker}")).exists();
-                }
-            }
-            let most = by_vm.values().map(|v| v.0).max().unwrap_or(0);
-            let here = by_vm
-                .values()
-                .filter(|v| v.1)
-                .map(|v| v.0)
-                .max()
-                .unwrap_or(0);
-            (most, here)
+            let n = node_interpreters(&marker);
+            (n.most, n.here)
         }
     };
     let first = h.call("pre-two::pid", json!({})).await.unwrap();
@@ -763,6 +775,54 @@ async fn a_node_runtime_keeps_one_interpreter_more_than_its_slots_and_never_more
     );
     assert!(most <= keep, "{most} node interpreters at once in one VM");
     h.call(TEARDOWN, json!({"namespace": "pre-two", "lang": "node"}))
+        .await
+        .unwrap();
+    h.finish(0).await;
+}
+
+/// Calls of one node function at once (as many as its slots) each relay to
+/// an interpreter of their own: each answers once, from a fresh process
+/// that was waiting for it (none runs cold, none ends another's call), with
+/// enough of them waiting before each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_calls_at_once_each_answer_once_from_their_own_interpreter() {
+    let h = Harness::start("").await;
+    let marker = format!("/tmp/.scr-e2e-{}", uuid::Uuid::new_v4().simple());
+    let source = format!(
+        "import fs from 'node:fs';\nexport async function handler(p) {{\n  fs.writeFileSync('{marker}', '');\n  await new Promise((r) => setTimeout(r, 150));\n  const argv = fs.readFileSync('/proc/self/cmdline', 'utf8');\n  return {{ pid: process.pid, i: p.i, relayed: argv.includes('/tmp/.scr/pre/ready.mjs') }};\n}}\n"
+    );
+    h.call(
+        REGISTER,
+        json!({"function_id": "pre-many::pid", "lang": "node", "source": source}),
+    )
+    .await
+    .unwrap();
+    let slots = sandbox_code_runner::config::Config::default().handler_concurrency;
+    let mut pids = std::collections::BTreeSet::new();
+    for round in 0..4 {
+        if round > 0 {
+            let ready = wait_for(Duration::from_secs(20), || {
+                let marker = marker.clone();
+                async move { node_interpreters(&marker).waiting_here >= slots }
+            })
+            .await;
+            assert!(ready, "{slots} interpreters wait before round {round}");
+        }
+        let calls = (0..slots).map(|k| {
+            let i = round * slots + k;
+            let call = h.call("pre-many::pid", json!({ "i": i }));
+            async move { (i, call.await) }
+        });
+        for (i, answer) in futures_util::future::join_all(calls).await {
+            let v = answer.unwrap_or_else(|e| panic!("call {i}: {e:?}"));
+            assert_eq!(v["i"], i, "each call answers its own: {v}");
+            assert!(pids.insert(v["pid"].as_i64()), "a fresh process each: {v}");
+            if round > 0 {
+                assert_eq!(v["relayed"], true, "a waiting interpreter served it: {v}");
+            }
+        }
+    }
+    h.call(TEARDOWN, json!({"namespace": "pre-many", "lang": "node"}))
         .await
         .unwrap();
     h.finish(0).await;

@@ -28,9 +28,11 @@ import { pathToFileURL } from 'node:url';
 const dir = process.argv[process.argv.length - 1];
 
 // `life` again, close-on-exec: what a call starts must not hold the call
-// open (the relay waits for `life` to end).
-fs.closeSync(4);
+// open (the relay waits for `life` to end). Opened before fd 4 is closed:
+// a relay may wait on `life` already (it hands a call to one still
+// starting), and a moment without a writer would end its read there.
 const life = fs.openSync(path.join(dir, 'life'), fs.constants.O_RDWR);
+fs.closeSync(4);
 
 // Each wrapper's definitions, loaded ahead: a call only runs its main().
 const TAIL = 'await main();';
@@ -90,7 +92,7 @@ async function warmUp() {
   await fs.promises.stat(dir);
   fs.writeFileSync(path.join(dir, 'warm'), '');
 }
-warmUp().catch(() => { /* a call's own use reports it */ });
+const warming = warmUp().catch(() => { /* a call's own use reports it */ });
 
 // A client's first connection runs code nothing has run yet (the client,
 // its WebSocket's handshake and framing, the http client under it): ~3x a
@@ -220,6 +222,10 @@ function takeStreams(relay) {
 
 const relay = await nextRelay();
 const { req, data } = readRequest(relay);
+// A call taken before `warm` waits for the rest of the warm-up: its opens
+// run on the thread pool, and one could take fd 1 or 2 between takeStreams'
+// close and open (then the call would run cold).
+await warming;
 takeStreams(relay);
 // Opened now: the call drops root (its wrapper's asGuest) and could not
 // open it later.

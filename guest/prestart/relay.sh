@@ -84,17 +84,30 @@ scr_fill() {
   (
     exec 9>"$SCR_PRE/.fill"
     flock 9 2>/dev/null
+    # Busy ones (claimed by a relay that still runs, or serving a call)
+    # are counted first and never touched: a relay removes its own, once
+    # it has read its status there. Waiting ones are kept up to what
+    # makes <keep>; the rest go: dead ones, ones too many, and ones a relay
+    # claimed and left (it was killed), which nothing would end.
     live=0
     for q in "$SCR_PRE"/*; do
-      [ -d "$q" ] || continue
+      p=
+      [ -d "$q" ] && read -r p 2>/dev/null <"$q/pid" && [ -e "/proc/$p/exe" ] || continue
+      if scr_held "$q" || { [ ! -e "/proc/$p/fd/3" ] && [ ! -e "$q/claim" ]; }; then
+        live=$((live + 1))
+      fi
+    done
+    for q in "$SCR_PRE"/*; do
+      { [ ! -d "$q" ] || scr_held "$q"; } && continue
       p=
       read -r p 2>/dev/null <"$q/pid"
-      if [ -n "$p" ] && [ -e "/proc/$p/exe" ]; then
-        [ -e "/proc/$p/fd/3" ] || { live=$((live + 1)); continue; }
+      if [ -n "$p" ] && [ -e "/proc/$p/exe" ] && [ ! -e "$q/claim" ]; then
+        [ -e "/proc/$p/fd/3" ] || continue
         [ "$live" -lt "$keep" ] && { live=$((live + 1)); continue; }
+        # One too many: claimed first, so that no relay is handed it.
+        scr_claim "$q" "$$" || continue
       fi
-      [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
-      rm -rf "$q"
+      scr_drop "$q" "$p"
     done
     k=0
     while [ "$live" -lt "$keep" ]; do
@@ -122,14 +135,25 @@ scr_own() {
 # its own session, holding <dir>'s FIFOs read-write (so opening them never
 # blocks while it lives); what it writes before it has a call goes nowhere.
 scr_start() {
-  n=$1
+  at=$1
   shift
-  mkdir -p "$n" 2>/dev/null && mkfifo "$n/in" "$n/life" "$n/pipe" 2>/dev/null || return 0
+  mkdir -p "$at" 2>/dev/null && mkfifo "$at/in" "$at/life" "$at/pipe" 2>/dev/null || return 0
   # Nothing of the exec that starts it: an fd it kept open (a relay's
   # 6-8 hold this exec's streams) would keep the exec from ending.
-  (cd /tmp && exec setsid "$@" "$n" </dev/null >/dev/null 2>&1 3<>"$n/in" 4<>"$n/life" \
+  (cd /tmp && exec setsid "$@" "$at" </dev/null >/dev/null 2>&1 3<>"$at/in" 4<>"$at/life" \
     5>&- 6>&- 7>&- 8>&- 9>&-) &
-  echo $! >"$n/pid"
+  echo $! >"$at/pid"
+}
+
+# scr_drop <dir> [<pid>]: <dir> and the interpreter <pid> go. The directory
+# is moved out of sight first (its claim with it): removed in place, a
+# relay could claim it again between rm's unlinking the claim and the
+# directory.
+scr_drop() {
+  gone="$SCR_PRE/.gone.$$.${1##*/}"
+  mv -f "$1" "$gone" 2>/dev/null || return 0
+  [ -n "${2:-}" ] && kill -KILL -"$2" 2>/dev/null
+  rm -rf "$gone"
 }
 
 # scr_pick <generation dir>: $d and $pid are the node interpreter to use:
@@ -137,23 +161,47 @@ scr_start() {
 # ready one (<dir>/ready: its wrappers are loaded; the rest is in flight
 # and a call shares it), else one still starting, the worker's latest
 # generation first each time; a live one holds fd 3, `in`, until it has a
-# request (a dead one, a zombie too, holds nothing). If there is none, the
+# request (a dead one, a zombie too, holds nothing). Relays at once claim
+# theirs: <dir>/claim, created only if absent (noclobber: one relay wins
+# each, in shell builtins), so each takes its own. If there is none, the
 # call ends here, cold.
 scr_pick() {
   d=
   pid=
   for mark in warm ready pid; do
     for q in "$1".* "$SCR_PRE"/*; do
-      [ -e "$q/$mark" ] || continue
+      [ -e "$q/$mark" ] && [ ! -e "$q/claim" ] || continue
       p=
       read -r p 2>/dev/null <"$q/pid" || continue
       [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || continue
+      scr_claim "$q" "$$" || continue
       d=$q
       pid=$p
       return 0
     done
   done
   scr_told cold 0
+}
+
+# scr_claim <dir> <pid>: <dir>/claim made, holding <pid>, if no one made
+# it first (noclobber: one shell wins each, in shell builtins): a relay
+# claims the interpreter it hands a call, a fill one it removes, so none is
+# handed twice or removed under a call.
+scr_claim() {
+  set -C
+  { echo "$2" >"$1/claim"; } 2>/dev/null
+  r=$?
+  set +C
+  return "$r"
+}
+
+# scr_held <dir>: <dir> is claimed by a shell that still runs (or one that
+# has not yet written its pid): it is that shell's to remove.
+scr_held() {
+  [ -e "$1/claim" ] || return 1
+  c=
+  read -r c 2>/dev/null <"$1/claim"
+  [ -z "$c" ] || [ -e "/proc/$c" ]
 }
 
 # scr_relay <generation dir> <budget seconds>: hands a waiting node

@@ -30,9 +30,11 @@ scr_relay_fork() {
 # <line> to the interpreter on `in`. Neither open may block, even if the
 # interpreter died since it was found: `life` is opened for reading while
 # this shell holds it read-write (then an interpreter gone reads as its
-# end), `in` read-write.
+# end), `in` read-write. If <dir> is gone (its interpreter died and a fill
+# removed it), nothing ran: cold (`command` keeps a failed redirection of
+# `exec` from ending the shell).
 scr_hand() {
-  exec 9<>"$1/life" 4<"$1/life" 9>&- 6<&0 7>&1 8>&2
+  command exec 9<>"$1/life" 4<"$1/life" 9>&- 6<&0 7>&1 8>&2 || scr_told cold 0
   echo "$2" 1<>"$1/in"
 }
 
@@ -70,10 +72,10 @@ scr_told() {
 }
 
 # scr_after: what is left of a node interpreter the call used (SCR_USED,
-# its session, and its directory $d) goes, and a relay whose interpreter is
-# to be replaced (SCR_NEXT, with relay.sh sourced) starts the next one.
+# its session, and its directory $d: this relay's alone, it claimed it) goes,
+# and a relay whose interpreter is to be replaced (SCR_NEXT, with relay.sh
+# sourced) starts the next one.
 scr_after() {
-  [ -n "${SCR_USED:-}" ] && kill -KILL -"$SCR_USED" 2>/dev/null
-  [ -n "${SCR_USED:-}" ] && rm -rf "$d"
+  [ -n "${SCR_USED:-}" ] && scr_drop "$d" "$SCR_USED"
   [ -n "${SCR_NEXT:-}" ] && eval "$SCR_NEXT"
 }

@@ -89,6 +89,23 @@ def _run_source(ns, source, filename, secret, limit):
     return rc, exit_exc
 
 
+def _exit_status(exit_exc, rc):
+    """The exit code of a script that ended with `rc`, or with `exit_exc`
+    (sys.exit's SystemExit), as Python gives it: a code that is no integer
+    is printed and gives 1."""
+    import sys
+
+    if exit_exc is None:
+        return rc
+    code = exit_exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    sys.stderr.write("%s\n" % (code,))
+    return 1
+
+
 def _main():
     _as_guest(1000, 100)  # the python image's python-user (group users)
     import builtins
@@ -118,15 +135,7 @@ def _main():
 
     if not close_iii(2.0):
         # The client did not shut down in time: leave without waiting for it.
-        if exit_exc is not None:
-            code = exit_exc.code
-            if code is None:
-                rc = 0
-            elif isinstance(code, int):
-                rc = code & 0xFF
-            else:
-                sys.stderr.write("%s\n" % (code,))
-                rc = 1
+        rc = _exit_status(exit_exc, rc)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

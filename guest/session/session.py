@@ -87,15 +87,7 @@ def _turn(d, relay, ns, base_env, devnull):
         del data
         ns.pop("result", None)
         rc, exit_exc = _run_source(ns, source, "main.py", secret, limit)
-        if exit_exc is not None:
-            code = exit_exc.code
-            if code is None:
-                rc = 0
-            elif isinstance(code, int):
-                rc = code & 0xFF
-            else:
-                sys.stderr.write("%s\n" % (code,))
-                rc = 1
+        rc = _exit_status(exit_exc, rc)
     close_iii(2.0)
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -9,12 +9,7 @@ use super::*;
 use crate::sandbox::Outcome;
 
 fn out(stderr: &str, code: i32) -> ExecOutput {
-    ExecOutput {
-        stdout: "o".into(),
-        stderr: stderr.into(),
-        exit_code: Some(code),
-        duration_ms: 1,
-    }
+    ExecOutput::exited(stderr, code)
 }
 
 #[rstest]
@@ -232,10 +227,13 @@ fn a_session_keeps_its_globals_until_a_timeout_takes_its_interpreter(
         return;
     };
     // Without the harness, nothing starts: the worker is told to send it.
-    assert!(matches!(
-        s.turn(set, 5_000, false),
-        Turn::Lost(Interpreter::Found, _)
-    ));
+    let lost = |code| {
+        matches!(
+            s.turn(code, 5_000, false),
+            Turn::Lost(Interpreter::Found, _)
+        )
+    };
+    assert!(lost(set));
     assert_eq!(
         s.result(set, true),
         (Interpreter::Started, Some("41".into()))
@@ -247,10 +245,7 @@ fn a_session_keeps_its_globals_until_a_timeout_takes_its_interpreter(
     let Turn::TimedOut(_) = s.turn(hang, 500, false) else {
         panic!("the hanging run timed out")
     };
-    assert!(matches!(
-        s.turn(has, 5_000, false),
-        Turn::Lost(Interpreter::Found, _)
-    ));
+    assert!(lost(has), "the timeout took the interpreter");
     assert_eq!(
         s.result(has, true),
         (Interpreter::Started, Some("false".into()))
