@@ -80,7 +80,9 @@ async function session() {
 }
 
 // fd `fd` reopened on `file`: the fd closed is the lowest free one, which
-// the next open takes.
+// the next open takes, unless something an earlier turn left running opened
+// a file on the thread pool in between: then the streams are not where the
+// run's code expects them, and the interpreter ends (exit 97).
 function reopen(fd, file) {
   try { fs.closeSync(fd); } catch { /* guest code closed it */ }
   if (fs.openSync(file, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
@@ -132,10 +134,12 @@ async function runTurn(dir, relay, baseEnv, turn) {
     const nl = buf.indexOf(10);
     req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
     data = buf.subarray(nl + 1, nl + 1 + Number(req.stdin));
-    turn.status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o600);
-    fs.writeSync(turn.status, '137'); // taken: from here on the run counts as run
+    // The streams first: a reopen that fails ends the interpreter, and
+    // with no status yet that reads as `lost` (nothing ran), not as a run.
     reopen(1, `/proc/${relay}/fd/7`);
     reopen(2, `/proc/${relay}/fd/8`);
+    turn.status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o600);
+    fs.writeSync(turn.status, '137'); // taken: from here on the run counts as run
   } catch {
     reopen(1, '/dev/null');
     reopen(2, '/dev/null');
