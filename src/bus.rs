@@ -23,6 +23,9 @@ pub struct BusError {
     pub message: String,
 }
 
+/// The code of a call that got no answer within its deadline.
+pub const TIMEOUT: &str = "TIMEOUT";
+
 impl BusError {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> BusError {
         BusError {
@@ -30,13 +33,20 @@ impl BusError {
             message: message.into(),
         }
     }
+
+    /// No answer came within the call's deadline: the callee may still
+    /// have done the work (the engine can lose an answer, see
+    /// `BusSandbox::call_idempotent`).
+    pub fn is_timeout(&self) -> bool {
+        self.code == TIMEOUT
+    }
 }
 
 impl From<iii_sdk::Error> for BusError {
     fn from(e: iii_sdk::Error) -> BusError {
         match e {
             iii_sdk::Error::Remote { code, message, .. } => BusError { code, message },
-            iii_sdk::Error::Timeout => BusError::new("TIMEOUT", "the bus call timed out"),
+            iii_sdk::Error::Timeout => BusError::new(TIMEOUT, "the bus call timed out"),
             iii_sdk::Error::NotConnected => {
                 BusError::new("NOT_CONNECTED", "not connected to the iii engine")
             }

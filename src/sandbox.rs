@@ -22,6 +22,10 @@ pub const INSTALL_HINT: &str =
 const EXEC_GRACE: Duration = Duration::from_secs(30);
 /// Deadline of the quick calls (create, stop, list, fs).
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of one attempt of a quick call that may be made again
+/// (`BusSandbox::call_idempotent`): far above what one takes (milliseconds),
+/// so only a lost answer runs into it.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A failed sandbox call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -313,6 +317,30 @@ impl BusSandbox {
             .await
             .map_err(SandboxError::from_bus)
     }
+
+    /// A quick call whose repeat does no harm (an inline write of the same
+    /// bytes, a read, a list), made again when an attempt gets no answer,
+    /// within `CONTROL_TIMEOUT` in all. The engine can lose an answer: it
+    /// records an invocation it routed to a worker only after sending it,
+    /// and drops a result that comes back first (measured on 0.23.0-rc.4,
+    /// where one `register_function` in a few dozen waited out its caller
+    /// on a lost `sandbox::fs::write` answer; see docs/engine.md).
+    async fn call_idempotent(&self, id: &str, payload: Value) -> Result<Value, SandboxError> {
+        let deadline = tokio::time::Instant::now() + CONTROL_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = left.min(ATTEMPT_TIMEOUT);
+            match self.bus.call(id, payload.clone(), attempt).await {
+                Err(e) if e.is_timeout() && left > attempt => {
+                    tracing::debug!(
+                        function_id = id,
+                        "no answer within an attempt's deadline; calling again"
+                    );
+                }
+                answer => return answer.map_err(SandboxError::from_bus),
+            }
+        }
+    }
 }
 
 fn str_of(v: &Value, key: &str) -> String {
@@ -388,9 +416,7 @@ impl SandboxApi for BusSandbox {
     }
 
     async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
-        let out = self
-            .call("sandbox::list", json!({}), CONTROL_TIMEOUT)
-            .await?;
+        let out = self.call_idempotent("sandbox::list", json!({})).await?;
         Ok(out
             .get("sandboxes")
             .and_then(Value::as_array)
@@ -411,10 +437,9 @@ impl SandboxApi for BusSandbox {
         path: &str,
         content: &str,
     ) -> Result<(), SandboxError> {
-        self.call(
+        self.call_idempotent(
             "sandbox::fs::write",
             write_payload(sandbox_id, path, json!(content)),
-            CONTROL_TIMEOUT,
         )
         .await
         .map(|_| ())
@@ -456,10 +481,9 @@ impl SandboxApi for BusSandbox {
             return Ok(None);
         }
         let out = self
-            .call(
+            .call_idempotent(
                 "sandbox::fs::read",
                 json!({ "sandbox_id": sandbox_id, "path": path }),
-                CONTROL_TIMEOUT,
             )
             .await?;
         let Some(reader) = out.get("content").filter(|c| c.is_object()).cloned() else {
@@ -533,6 +557,97 @@ mod tests {
         );
         assert_eq!(SandboxError::NotInstalled.outcome(), Outcome::NotInstalled);
         assert!(!SandboxError::NotInstalled.is_gone());
+    }
+
+    /// A bus whose first answer to each call is lost: the attempt runs
+    /// into its deadline, as the SDK's does when the engine drops a result.
+    #[derive(Default)]
+    struct LosesFirstAnswer {
+        calls: std::sync::Mutex<Vec<(String, Duration)>>,
+    }
+
+    impl Bus for LosesFirstAnswer {
+        fn call<'a>(
+            &'a self,
+            function_id: &'a str,
+            _payload: Value,
+            timeout: Duration,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, BusError>> + Send + 'a>>
+        {
+            let first = {
+                let mut calls = self.calls.lock().unwrap();
+                calls.push((function_id.to_string(), timeout));
+                calls.iter().filter(|(f, _)| f == function_id).count() == 1
+            };
+            Box::pin(async move {
+                if first {
+                    tokio::time::sleep(timeout).await;
+                    return Err(BusError::new(crate::bus::TIMEOUT, "no answer"));
+                }
+                Ok(json!({"exit_code": 0, "sandboxes": []}))
+            })
+        }
+        fn publish(&self, _spec: crate::bus::FunctionSpec, _handler: crate::bus::Handler) {}
+        fn unpublish(&self, _function_id: &str) {}
+        fn bind(
+            &self,
+            trigger_type: &str,
+            function_id: &str,
+            _config: Value,
+        ) -> Result<crate::bus::TriggerBinding, BusError> {
+            Ok(crate::bus::TriggerBinding::detached(
+                trigger_type,
+                function_id,
+            ))
+        }
+        fn unbind(&self, _binding: crate::bus::TriggerBinding) {}
+    }
+
+    /// A lost answer costs an idempotent call one attempt's deadline, not
+    /// the caller's whole wait; an exec, which must not run twice, is never
+    /// made again.
+    #[tokio::test(start_paused = true)]
+    async fn idempotent_calls_are_made_again_after_a_lost_answer_and_execs_never() {
+        let bus = Arc::new(LosesFirstAnswer::default());
+        let sandbox = BusSandbox::new(bus.clone());
+        let started = tokio::time::Instant::now();
+        sandbox
+            .write_file("vm", "/tmp/f.py", "x = 1")
+            .await
+            .unwrap();
+        assert_eq!(started.elapsed(), ATTEMPT_TIMEOUT, "one attempt's deadline");
+        sandbox.list().await.unwrap();
+        let exec = sandbox
+            .exec(
+                "vm",
+                ExecParams {
+                    argv: vec!["true".into()],
+                    timeout_ms: 1_000,
+                    ..ExecParams::default()
+                },
+            )
+            .await;
+        assert!(exec.is_err(), "the exec's lost answer is its failure");
+        let calls: Vec<_> = bus
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(f, _)| f.clone())
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                "sandbox::fs::write",
+                "sandbox::fs::write",
+                "sandbox::list",
+                "sandbox::list",
+                "sandbox::exec",
+            ]
+        );
+        assert!(bus.calls.lock().unwrap()[..4]
+            .iter()
+            .all(|(_, t)| *t <= ATTEMPT_TIMEOUT));
     }
 
     #[test]
