@@ -109,6 +109,13 @@ scr_fill() {
       fi
       scr_drop "$q" "$p"
     done
+    # What makes <keep> is counted again: relays may have claimed waiting
+    # ones since (a claim changes no count, and the total is what is kept).
+    live=0
+    for q in "$SCR_PRE"/*; do
+      p=
+      [ -d "$q" ] && read -r p 2>/dev/null <"$q/pid" && [ -e "/proc/$p/exe" ] && live=$((live + 1))
+    done
     k=0
     while [ "$live" -lt "$keep" ]; do
       scr_start "$n.$k" "$@"
