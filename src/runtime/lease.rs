@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::daemon::Daemon;
-use super::vms::{SandboxId, StartPlan, VmState, VmTable, Waiting};
+use super::vms::{SandboxId, VmState, VmTable, Waiting};
 use crate::error::redact_uuids;
 use crate::ids::Lang;
 use crate::metering::{current, OpTotals};
+use crate::prestart::Start;
 use crate::sandbox::{ExecOutput, ExecParams, ListedSandbox, SandboxError, Streamed};
 
 /// The VM table and the daemon door, shared by every lease.
@@ -252,12 +253,12 @@ impl VmLease {
     }
 
     /// See `VmTable::start_plan`.
-    pub(crate) fn start_plan(&self, most: usize, beside: bool) -> StartPlan {
+    pub(crate) fn start_plan(&self, most: usize, beside: bool) -> Option<Start> {
         self.vms.table.start_plan(&self.id, most, beside)
     }
 
     /// See `VmTable::replace_plan`.
-    pub(crate) fn replace_plan(&self) -> StartPlan {
+    pub(crate) fn replace_plan(&self) -> Start {
         self.vms.table.replace_plan(&self.id)
     }
 

@@ -9,7 +9,6 @@
 //! python server per call slot, started beside the busy ones.
 
 use super::lease::VmLease;
-use super::vms::StartPlan;
 use super::Manager;
 use crate::error::redact_uuids;
 use crate::ids::Lang;
@@ -58,10 +57,7 @@ pub(super) async fn exec_call(
         let start = match lang {
             // Node's spawner never ends a busy interpreter.
             Lang::Node => Start::Alone,
-            Lang::Python => match vm.replace_plan() {
-                StartPlan::Beside => Start::Beside,
-                _ => Start::Alone,
-            },
+            Lang::Python => vm.replace_plan(),
         };
         (vm.next_generation(), start)
     });
@@ -108,15 +104,10 @@ async fn cold(
     again: bool,
     slots: usize,
 ) -> Result<ExecOutput, SandboxError> {
-    let plan = if again {
+    let start = if again {
         vm.start_plan(slots, vm.lang() == Lang::Python)
     } else {
-        StartPlan::No
-    };
-    let start = match plan {
-        StartPlan::Alone => Some(Start::Alone),
-        StartPlan::Beside => Some(Start::Beside),
-        StartPlan::No => None,
+        None
     };
     let next = start.map(|s| (vm.next_generation(), s));
     let cold = match next {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::ids::Lang;
+use crate::prestart::Start;
 
 /// The daemon's id of a VM. It never leaves the worker: its `Debug` is
 /// redacted, and nothing converts it back into a string for a caller.
@@ -80,17 +81,6 @@ struct Vm {
     lent: usize,
     /// Interpreters being started `Beside` the others, not waiting yet.
     starting: usize,
-}
-
-/// Whether a call that found no interpreter waiting may start one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StartPlan {
-    /// None is waiting, lent or starting: start one, ending any leftover.
-    Alone,
-    /// Others serve calls: start one beside them (counted as starting).
-    Beside,
-    /// As many as the VM may hold exist already: run cold, start none.
-    No,
 }
 
 #[derive(Default)]
@@ -405,22 +395,22 @@ impl VmTable {
         }
     }
 
-    /// Whether a call that found none waiting may start an interpreter in
-    /// a VM that holds at most `most` (its call slots); `Beside` counts the
-    /// one it starts until `started` or `start_failed`.
-    pub(crate) fn start_plan(&self, id: &SandboxId, most: usize, beside: bool) -> StartPlan {
+    /// How a call that found none waiting may start an interpreter in a VM
+    /// that holds at most `most` (its call slots): `Alone` when none is
+    /// waiting, lent or starting (ending any leftover), `Beside` the busy
+    /// ones when `beside` allows it (counted as starting until `started`),
+    /// `None` when as many as the VM may hold exist already (run cold).
+    pub(crate) fn start_plan(&self, id: &SandboxId, most: usize, beside: bool) -> Option<Start> {
         let mut t = self.lock();
-        let Some(vm) = t.vms.get_mut(id) else {
-            return StartPlan::No;
-        };
+        let vm = t.vms.get_mut(id)?;
         let held = vm.waiting.len() + vm.lent + vm.starting;
         if held == 0 {
-            StartPlan::Alone
+            Some(Start::Alone)
         } else if beside && held < most {
             vm.starting += 1;
-            StartPlan::Beside
+            Some(Start::Beside)
         } else {
-            StartPlan::No
+            None
         }
     }
 
@@ -428,16 +418,17 @@ impl VmTable {
     /// before the SDK): `Alone` when it is the VM's only one, else `Beside`
     /// the others (counted as starting; the count stays, since the
     /// replaced one is retired).
-    pub(crate) fn replace_plan(&self, id: &SandboxId) -> StartPlan {
+    /// (A VM gone from the table starts nothing: `Alone` there is moot.)
+    pub(crate) fn replace_plan(&self, id: &SandboxId) -> Start {
         let mut t = self.lock();
         let Some(vm) = t.vms.get_mut(id) else {
-            return StartPlan::No;
+            return Start::Alone;
         };
         if vm.waiting.len() + vm.lent + vm.starting <= 1 {
-            StartPlan::Alone
+            Start::Alone
         } else {
             vm.starting += 1;
-            StartPlan::Beside
+            Start::Beside
         }
     }
 

@@ -85,7 +85,7 @@ fn interpreters_start_alone_or_beside_the_busy_ones_up_to_the_slots() {
     t.insert(&id("vm"), Lang::Python, VmState::Runtime);
     assert_eq!(
         t.start_plan(&id("vm"), 3, true),
-        StartPlan::Alone,
+        Some(Start::Alone),
         "none at all"
     );
     let g = t.next_generation();
@@ -93,19 +93,19 @@ fn interpreters_start_alone_or_beside_the_busy_ones_up_to_the_slots() {
     assert!(t.take_waiting(&id("vm")).is_some());
     assert_eq!(
         t.start_plan(&id("vm"), 1, true),
-        StartPlan::No,
+        None,
         "one slot: never beside the lent one"
     );
     assert_eq!(
         t.start_plan(&id("vm"), 3, false),
-        StartPlan::No,
+        None,
         "never alone while one is out: that spawn would end it"
     );
-    assert_eq!(t.start_plan(&id("vm"), 3, true), StartPlan::Beside);
-    assert_eq!(t.start_plan(&id("vm"), 3, true), StartPlan::Beside);
+    assert_eq!(t.start_plan(&id("vm"), 3, true), Some(Start::Beside));
+    assert_eq!(t.start_plan(&id("vm"), 3, true), Some(Start::Beside));
     assert_eq!(
         t.start_plan(&id("vm"), 3, true),
-        StartPlan::No,
+        None,
         "one lent and two starting fill three slots"
     );
     t.started(&id("vm"), Some(t.next_generation()));
