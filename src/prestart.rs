@@ -223,8 +223,8 @@ pub(crate) fn relay_exec(
         // Node serves one call per interpreter: it takes the exec's streams
         // itself, as a fork server's child does, and the relay's watchdog
         // enforces the budget. One more than the slots wait or serve; the
-        // relay picks a warm one (several relays at once each pick their
-        // own: one that finds it taken runs cold), and a new one starts
+        // relay claims a warm one (relays at once each claim their own: one
+        // that finds none unclaimed runs cold), and a new one starts
         // once this call has its verdict (`scr_told` runs
         // `$SCR_NEXT`, a `scr_fill`). The relay carries the spawner's
         // functions but no harness: a spawner starts node from the file.
@@ -236,8 +236,11 @@ pub(crate) fn relay_exec(
                     spawn_command(lang, n, start, slots, "")
                 ));
             }
-            let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
-            command.push_str(&format!("scr_relay {} {seconds}", dir(using)));
+            command.push_str(&format!(
+                "scr_relay {} {}",
+                dir(using),
+                seconds(p.timeout_ms)
+            ));
             shell_with("", command, Vec::new(), timeout_ms)
         }
     };
@@ -276,11 +279,9 @@ pub(crate) enum Verdict {
 /// Reads the relay's verdict off the end of its stderr. Without one (the
 /// daemon cut a stderr over 1 MiB) the call ran: a call is never run twice.
 pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
-    let Some(at) = out.stderr.rfind(VERDICT) else {
+    let Some(said) = take_verdict(&mut out, VERDICT) else {
         return Verdict::Ran(out);
     };
-    let said = out.stderr[at + VERDICT.len()..].trim_end().to_string();
-    out.stderr.truncate(at);
     match said.split_once(' ') {
         _ if said == "cold" => Verdict::Cold,
         _ if said == "timeout" => Verdict::TimedOut(SandboxError::exec_timed_out(timeout_ms)),
@@ -290,6 +291,21 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
         }
         _ => Verdict::Ran(out),
     }
+}
+
+/// The words after `marker` on the verdict line a relay or a session's
+/// turn writes last on stderr, that line taken off; `None` without one (the
+/// daemon cut a stderr over 1 MiB).
+pub(crate) fn take_verdict(out: &mut ExecOutput, marker: &str) -> Option<String> {
+    let at = out.stderr.rfind(marker)?;
+    let said = out.stderr[at + marker.len()..].trim_end().to_string();
+    out.stderr.truncate(at);
+    Some(said)
+}
+
+/// A budget in ms as the guest's `sleep` takes it: seconds, to the ms.
+pub(crate) fn seconds(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
 #[cfg(test)]

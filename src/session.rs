@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use crate::guest::{NODE_RUN, PYTHON_RUN};
 use crate::ids::Lang;
-use crate::prestart::{bare, request};
+use crate::prestart::{bare, request, seconds, take_verdict};
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 const TURN_SH: &str = include_str!("../guest/session/turn.sh");
@@ -69,14 +69,13 @@ fn guest_user(lang: Lang) -> &'static str {
 /// stdin) as a turn of `lang`'s session; `start` carries the harness, so a
 /// turn that finds no interpreter starts one.
 pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool) -> ExecParams {
-    let seconds = format!("{}.{:03}", p.timeout_ms / 1000, p.timeout_ms % 1000);
     let mut argv: Vec<String> = ["sh", "-c", "eval \"$SCR_TURN\"", "sh", "root"]
         .into_iter()
         .map(String::from)
         .collect();
     argv.extend([
         guest_user(lang).to_string(),
-        seconds,
+        seconds(p.timeout_ms),
         lang.as_str().to_string(),
     ]);
     if start {
@@ -114,11 +113,9 @@ pub(crate) enum Turn {
 /// daemon cut a stderr over 1 MiB) the run ran in the interpreter it found:
 /// a run is never run twice.
 pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Turn {
-    let Some(at) = out.stderr.rfind(VERDICT) else {
+    let Some(said) = take_verdict(&mut out, VERDICT) else {
         return Turn::Ran(Interpreter::Found, out);
     };
-    let said = out.stderr[at + VERDICT.len()..].trim_end().to_string();
-    out.stderr.truncate(at);
     let (which, what) = said.split_once(' ').unwrap_or((said.as_str(), ""));
     let interpreter = match which {
         "new" => Interpreter::Started,

@@ -73,9 +73,7 @@ impl Runtime {
             session,
         })
     }
-}
 
-impl Runtime {
     /// Its VM's language.
     pub(super) fn lang(&self) -> Lang {
         self.vm.lang()
