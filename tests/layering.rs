@@ -334,6 +334,7 @@ fn only_the_edges_know_json() {
         // operator's JSON views.
         "guest.rs",
         "prestart.rs",
+        "prestart/",
         "run_result.rs",
         "python_sdk.rs",
         "stats.rs",
