@@ -89,6 +89,32 @@ def _run_source(ns, source, filename, secret, limit):
     return rc, exit_exc
 
 
+def _new_main(filename):
+    """A fresh __main__ module for `filename`, installed as a script's is
+    (sys.modules, sys.argv)."""
+    import builtins
+    import sys
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=filename, __builtins__=builtins, __spec__=None)
+    sys.modules["__main__"] = main
+    sys.argv[:] = [filename]
+    return main
+
+
+def _decode_source(data, filename):
+    """The code's text (a leading BOM dropped), or None once stderr says
+    why it is not UTF-8."""
+    import sys
+
+    try:
+        return data.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as e:
+        sys.stderr.write("%s is not valid UTF-8: %s\n" % (filename, e))
+        return None
+
+
 def _exit_status(exit_exc, rc):
     """The exit code of a script that ended with `rc`, or with `exit_exc`
     (sys.exit's SystemExit), as Python gives it: a code that is no integer
@@ -108,10 +134,8 @@ def _exit_status(exit_exc, rc):
 
 def _main():
     _as_guest(1000, 100)  # the python image's python-user (group users)
-    import builtins
     import os
     import sys
-    import types
 
     secret = os.environ.pop("SCR_RESULT_SECRET", None)
     limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
@@ -119,18 +143,12 @@ def _main():
     data = sys.stdin.buffer.read()
     close_iii = _install_iii("sandbox-code-runner:run")
     filename = "main.py"
-    try:
-        source = data.decode("utf-8").lstrip("\ufeff")
-    except UnicodeDecodeError as e:
-        sys.stderr.write("main.py is not valid UTF-8: %s\n" % e)
+    source = _decode_source(data, filename)
+    if source is None:
         sys.exit(1)
     del data
 
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=filename, __builtins__=builtins, __spec__=None)
-    sys.modules["__main__"] = main
-    sys.argv[:] = [filename]
-
+    main = _new_main(filename)
     rc, exit_exc = _run_source(main.__dict__, source, filename, secret, limit)
 
     if not close_iii(2.0):

@@ -13,19 +13,14 @@
 
 
 def _session():
-    import builtins
     import os
     import sys
-    import types
 
     _as_guest(1000, 100)  # already the guest: HOME, caches and sys.path
     d = sys.argv[1]
     base_env = dict(os.environ)
     base_env.pop("SCR_TURN", None)
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__="main.py", __builtins__=builtins, __spec__=None)
-    sys.modules["__main__"] = main
-    sys.argv[:] = ["main.py"]
+    main = _new_main("main.py")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 2)  # boot is over: nothing goes to boot.err from here on
     for fd in (3, 4):
@@ -78,13 +73,11 @@ def _turn(d, relay, ns, base_env, devnull):
     secret = os.environ.pop("SCR_RESULT_SECRET", None)
     limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
     close_iii = _install_iii("sandbox-code-runner:run")
-    try:
-        source = data.decode("utf-8").lstrip("\ufeff")
-    except UnicodeDecodeError as e:
-        sys.stderr.write("main.py is not valid UTF-8: %s\n" % e)
+    source = _decode_source(data, "main.py")
+    del data
+    if source is None:
         rc = 1
     else:
-        del data
         ns.pop("result", None)
         rc, exit_exc = _run_source(ns, source, "main.py", secret, limit)
         rc = _exit_status(exit_exc, rc)
