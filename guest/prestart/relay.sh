@@ -101,11 +101,17 @@ scr_fill() {
       { [ ! -d "$q" ] || scr_held "$q"; } && continue
       p=
       read -r p 2>/dev/null <"$q/pid"
-      if [ -n "$p" ] && [ -e "/proc/$p/exe" ] && [ ! -e "$q/claim" ]; then
-        [ -e "/proc/$p/fd/3" ] || continue
-        [ "$live" -lt "$keep" ] && { live=$((live + 1)); continue; }
-        # One too many: claimed first, so that no relay is handed it.
-        scr_claim "$q" "$$" || continue
+      if [ -n "$p" ] && [ -e "/proc/$p/exe" ]; then
+        if [ -e "$q/claim" ]; then
+          # A relay may have claimed it since it was looked at: only a
+          # claim whose shell is gone is ended.
+          scr_held "$q" && continue
+        else
+          [ -e "/proc/$p/fd/3" ] || continue
+          [ "$live" -lt "$keep" ] && { live=$((live + 1)); continue; }
+          # One too many: claimed first, so that no relay is handed it.
+          scr_claim "$q" "$$" || continue
+        fi
       fi
       scr_drop "$q" "$p"
     done
@@ -145,11 +151,20 @@ scr_start() {
   at=$1
   shift
   mkdir -p "$at" 2>/dev/null && mkfifo "$at/in" "$at/life" "$at/pipe" 2>/dev/null || return 0
-  # Nothing of the exec that starts it: an fd it kept open (a relay's
-  # 6-8 hold this exec's streams) would keep the exec from ending.
-  (cd /tmp && exec setsid "$@" "$at" </dev/null >/dev/null 2>&1 3<>"$at/in" 4<>"$at/life" \
-    5>&- 6>&- 7>&- 8>&- 9>&-) &
-  echo $! >"$at/pid"
+  # Its FIFOs are opened before the fork (in a subshell, so that nothing
+  # of the caller's fds changes): the interpreter holds them from its
+  # first moment, before its pid is written. A relay may hand it a call
+  # as soon as the pid is there, and a line written to a FIFO that nobody
+  # holds is dropped when the writer closes it: opened in the child, a
+  # start slower than the relay lost the call, and the relay waited out
+  # its budget. Nothing else of the exec that starts it: an fd it kept
+  # open (a relay's 6-8 hold this exec's streams) would keep the exec
+  # from ending.
+  (
+    exec 3<>"$at/in" 4<>"$at/life"
+    (cd /tmp && exec setsid "$@" "$at" </dev/null >/dev/null 2>&1 5>&- 6>&- 7>&- 8>&- 9>&-) &
+    echo $! >"$at/pid"
+  )
 }
 
 # scr_drop <dir> [<pid>]: <dir> and the interpreter <pid> go. The directory

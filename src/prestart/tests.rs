@@ -157,6 +157,40 @@ fn a_fill_leaves_busy_interpreters_alone_and_ends_abandoned_ones() {
     assert_eq!(started.len(), 1, "one more makes three: {started:?}");
 }
 
+/// A relay hands a call to an interpreter as soon as its pid is written,
+/// and a line written to a FIFO that nobody holds is dropped when its
+/// writer closes it (the relay would then wait out its budget). So each
+/// interpreter holds its `in` (fd 3) and `life` (fd 4) from before its
+/// pid is there: checked right after each of 20 starts, by the shell that
+/// started it.
+#[test]
+fn an_interpreter_holds_its_fifos_before_its_pid_is_written() {
+    use std::process::Command;
+    let pre = std::env::temp_dir().join(format!("scr-start-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&pre).unwrap();
+    let script = format!(
+        "{}\nSCR_PRE={p}\ni=0\nwhile [ $i -lt 20 ]; do\n  scr_start {p}/$i sh -c 'exec sleep 30' sh\n  read -r q <{p}/$i/pid\n  [ /proc/$q/fd/3 -ef {p}/$i/in ] && [ /proc/$q/fd/4 -ef {p}/$i/life ] || echo \"late $i\"\n  i=$((i + 1))\ndone\n",
+        relay(),
+        p = pre.display()
+    );
+    let checked = Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("sh runs");
+    for i in 0..20 {
+        let pid = std::fs::read_to_string(pre.join(i.to_string()).join("pid")).unwrap_or_default();
+        if let Some(pid) = pid.trim().parse::<u32>().ok().filter(|p| *p > 1) {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&pre);
+    assert!(checked.status.success());
+    let late = String::from_utf8_lossy(&checked.stdout);
+    assert!(late.is_empty(), "FIFOs opened after the pid: {late}");
+}
+
 /// What waits runs as root and loads what its directory holds, so it
 /// starts only in a directory of its own user's, and its parent's (the
 /// VM's /tmp/.scr, which guest code, another user, cannot have made):
