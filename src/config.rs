@@ -53,10 +53,11 @@ pub struct Config {
     pub prestart: bool,
     /// Calls of one namespace runtime that run at once, each in its own
     /// fresh interpreter process; the rest queue per caller and are served
-    /// in turn. The default is the daemon's execs per sandbox less the one
-    /// the worker keeps for its own (a registration's check, an SDK
-    /// install). 1 serves one call at a time. Runs into one kept runtime
-    /// are always one at a time.
+    /// in turn. The default is the daemon's execs per sandbox, whole: the
+    /// worker keeps none aside, because every exec it makes in a namespace
+    /// runtime of its own (a registration's check, an SDK install) queues
+    /// for these same slots. 1 serves one call at a time. Runs into one
+    /// kept runtime are always one at a time.
     pub handler_concurrency: usize,
     /// Whether a `keep: true` run that does not say (`session`) keeps its
     /// interpreter: later runs into the runtime see its globals and
@@ -116,7 +117,7 @@ impl Default for Config {
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
             prestart: true,
-            handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value - 1,
+            handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value,
             sessions: false,
             guest_max_subscriptions: 8,
             guest_max_registrations: 64,

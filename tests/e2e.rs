@@ -716,7 +716,7 @@ fn node_interpreters(marker: &str) -> NodeInterpreters {
 
 /// Node cannot fork, and starting an interpreter takes longer than a call,
 /// so a node namespace runtime keeps one interpreter more than its call
-/// slots (`handler_concurrency`, 3 by default): calls straight after each
+/// slots (`handler_concurrency`, 4 by default): calls straight after each
 /// other, or as many at once as it has slots, each find one ready, and a
 /// new one starts as each call ends. Never more exist in the VM: after a
 /// burst of calls, exactly that many wait there.

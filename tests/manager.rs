@@ -4,7 +4,7 @@
 
 mod fakes;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1175,7 +1175,7 @@ async fn shutdown_and_the_orphan_sweep_are_charged() {
 /// Up to `handler_concurrency` calls of one runtime run at once (each its
 /// own exec); more wait for a slot.
 #[rstest]
-#[case::default(3)]
+#[case::default(Config::default().handler_concurrency)]
 #[case::one_at_a_time(1)]
 #[tokio::test]
 async fn calls_of_one_runtime_run_in_parallel_up_to_its_slots(#[case] slots: usize) {
@@ -1202,6 +1202,75 @@ async fn calls_of_one_runtime_run_in_parallel_up_to_its_slots(#[case] slots: usi
         assert_eq!(r.unwrap(), json!({"doubled": 42}));
     }
     assert_eq!(w.sandbox.max_in_flight.load(Ordering::SeqCst), slots);
+}
+
+/// The default slots are the daemon's execs per sandbox, whole, because
+/// every exec the worker makes in a namespace runtime holds one of them: a
+/// registration into a runtime whose every slot is busy waits its turn and
+/// goes through, and the VM never has a fifth exec in flight (the daemon
+/// would refuse it with S003).
+#[tokio::test]
+async fn a_registration_into_a_busy_runtime_waits_for_a_slot_never_a_fifth_exec() {
+    const DAEMON_EXECS_PER_SANDBOX: usize = 4;
+    assert_eq!(
+        Config::default().handler_concurrency,
+        DAEMON_EXECS_PER_SANDBOX
+    );
+    let w = world_with(Config {
+        warm_pool: 0,
+        prestart: false,
+        ..Config::default()
+    });
+    register(
+        &w,
+        json!({"function_id": "busy::f", "lang": "python", "source": DOUBLE}),
+    )
+    .await
+    .unwrap();
+    w.sandbox.max_in_flight.store(0, Ordering::SeqCst);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.exec_gate.lock().unwrap() = Some(gate.clone());
+    let finished = AtomicUsize::new(0);
+    let done = |r: Result<Value, WorkerError>| {
+        finished.fetch_add(1, Ordering::SeqCst);
+        r
+    };
+    let bus = &w.bus;
+    let calls = futures_util::future::join_all((0..8).map(|i| async move {
+        bus.call_published("busy::f", json!({"i": i, "_caller_worker_id": "w1"}))
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e:?}"))
+    }));
+    let calls = async {
+        let r = calls.await;
+        finished.fetch_add(8, Ordering::SeqCst);
+        r
+    };
+    let registration = async {
+        assert!(eventually(|| w.sandbox.execs_in_flight() == DAEMON_EXECS_PER_SANDBOX).await);
+        done(
+            register(
+                &w,
+                json!({"function_id": "busy::g", "lang": "python", "source": DOUBLE}),
+            )
+            .await,
+        )
+    };
+    let releases = async {
+        assert!(eventually(|| w.sandbox.execs_in_flight() == DAEMON_EXECS_PER_SANDBOX).await);
+        while finished.load(Ordering::SeqCst) < 9 {
+            gate.notify_one();
+            tokio::task::yield_now().await;
+        }
+    };
+    let (calls, registration, ()) = tokio::join!(calls, registration, releases);
+    assert_eq!(calls.len(), 8);
+    registration.expect("the registration went through once a slot was free");
+    assert_eq!(
+        w.sandbox.max_in_flight.load(Ordering::SeqCst),
+        DAEMON_EXECS_PER_SANDBOX,
+        "never more execs in flight than the daemon admits"
+    );
 }
 
 /// One caller's burst does not hold back another caller's single call: it
