@@ -7,6 +7,26 @@ fn out(stderr: &str, code: i32) -> ExecOutput {
     ExecOutput::exited(stderr, code)
 }
 
+/// `relay.sh` with `SCR_PRE` at `pre`, then `command`, run by `sh` on the
+/// host: its exit status and what it printed.
+fn relay_sh(pre: &std::path::Path, command: &str) -> std::process::Output {
+    let script = format!("{}\nSCR_PRE={}\n{command}\n", relay(), pre.display());
+    std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("sh runs")
+}
+
+/// Ends the session of the interpreter a pid file names (never `kill -1`:
+/// anything but a pid above 1 is skipped).
+fn end_session(pid_file: &str) {
+    if let Some(pid) = pid_file.trim().parse::<u32>().ok().filter(|p| *p > 1) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+    }
+}
+
 #[rstest]
 #[case("printed\n\u{1e}SCR-RELAY exit 3\n", 3, Some(3), "printed\n")]
 #[case("\u{1e}SCR-RELAY exit 0\n", 0, Some(0), "")]
@@ -101,15 +121,11 @@ fn a_fill_leaves_busy_interpreters_alone_and_ends_abandoned_ones() {
             std::fs::write(pre.join(name).join("claim"), format!("{c}\n")).unwrap();
         }
     }
-    let script = format!(
-        "{}\nSCR_PRE={p}\nscr_fill {p}/next 3 sh -c 'exec sleep 30' sh\n",
-        relay(),
-        p = pre.display()
-    );
-    let filled = Command::new("sh")
-        .args(["-c", &script])
-        .status()
-        .expect("sh runs");
+    let filled = relay_sh(
+        &pre,
+        &format!("scr_fill {}/next 3 sh -c 'exec sleep 30' sh", pre.display()),
+    )
+    .status;
     let started: Vec<_> = ["next.0", "next.1"]
         .iter()
         .filter_map(|n| std::fs::read_to_string(pre.join(n).join("pid")).ok())
@@ -128,13 +144,8 @@ fn a_fill_leaves_busy_interpreters_alone_and_ends_abandoned_ones() {
             None => std::thread::yield_now(),
         }
     };
-    // Each started one's session (never `kill -1`: a pid that is not one
-    // is skipped).
-    for pid in started.iter().filter_map(|p| p.trim().parse::<u32>().ok()) {
-        if pid > 1 {
-            let group = format!("-{pid}");
-            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        }
+    for pid in &started {
+        end_session(pid);
     }
     let _ = serving.kill();
     let _ = held.kill();
@@ -165,25 +176,19 @@ fn a_fill_leaves_busy_interpreters_alone_and_ends_abandoned_ones() {
 /// started it.
 #[test]
 fn an_interpreter_holds_its_fifos_before_its_pid_is_written() {
-    use std::process::Command;
     let pre = std::env::temp_dir().join(format!("scr-start-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&pre).unwrap();
-    let script = format!(
-        "{}\nSCR_PRE={p}\ni=0\nwhile [ $i -lt 20 ]; do\n  scr_start {p}/$i sh -c 'exec sleep 30' sh\n  read -r q <{p}/$i/pid\n  [ /proc/$q/fd/3 -ef {p}/$i/in ] && [ /proc/$q/fd/4 -ef {p}/$i/life ] || echo \"late $i\"\n  i=$((i + 1))\ndone\n",
-        relay(),
-        p = pre.display()
+    let checked = relay_sh(
+        &pre,
+        &format!(
+            "i=0\nwhile [ $i -lt 20 ]; do\n  scr_start {p}/$i sh -c 'exec sleep 30' sh\n  read -r q <{p}/$i/pid\n  [ /proc/$q/fd/3 -ef {p}/$i/in ] && [ /proc/$q/fd/4 -ef {p}/$i/life ] || echo \"late $i\"\n  i=$((i + 1))\ndone",
+            p = pre.display()
+        ),
     );
-    let checked = Command::new("sh")
-        .args(["-c", &script])
-        .output()
-        .expect("sh runs");
     for i in 0..20 {
-        let pid = std::fs::read_to_string(pre.join(i.to_string()).join("pid")).unwrap_or_default();
-        if let Some(pid) = pid.trim().parse::<u32>().ok().filter(|p| *p > 1) {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-        }
+        end_session(
+            &std::fs::read_to_string(pre.join(i.to_string()).join("pid")).unwrap_or_default(),
+        );
     }
     let _ = std::fs::remove_dir_all(&pre);
     assert!(checked.status.success());
@@ -197,24 +202,15 @@ fn an_interpreter_holds_its_fifos_before_its_pid_is_written() {
 /// not through a symlink, not in a directory another user owns.
 #[test]
 fn nothing_starts_waiting_in_a_directory_another_user_could_change() {
-    use std::process::Command;
     let base = std::env::temp_dir().join(format!("scr-own-{}", uuid::Uuid::new_v4().simple()));
     let own = base.join("own");
     std::fs::create_dir_all(&own).unwrap();
     std::os::unix::fs::symlink(&own, base.join("link")).unwrap();
     let spawn = |pre: &std::path::Path| {
-        let script = format!(
-            "{}\nSCR_PRE={p}\nscr_spawn {p}/1 sh -c 'exec sleep 30' sh\n",
-            relay(),
-            p = pre.display()
-        );
-        let status = Command::new("sh").args(["-c", &script]).status().unwrap();
+        let command = format!("scr_spawn {}/1 sh -c 'exec sleep 30' sh", pre.display());
+        let status = relay_sh(pre, &command).status;
         let pid = std::fs::read_to_string(pre.join("1/pid")).ok();
-        if let Some(pid) = pid.as_deref().map(str::trim).filter(|p| p.len() > 1) {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
-                .status();
-        }
+        end_session(pid.as_deref().unwrap_or_default());
         (status.success(), pid.is_some())
     };
     let mut cases = vec![
