@@ -91,17 +91,14 @@ scr_fill() {
     # claimed and left (it was killed), which nothing would end.
     live=0
     for q in "$SCR_PRE"/*; do
-      p=
-      [ -d "$q" ] && read -r p 2>/dev/null <"$q/pid" && [ -e "/proc/$p/exe" ] || continue
+      [ -d "$q" ] && scr_runs "$q" || continue
       if scr_held "$q" || { [ ! -e "/proc/$p/fd/3" ] && [ ! -e "$q/claim" ]; }; then
         live=$((live + 1))
       fi
     done
     for q in "$SCR_PRE"/*; do
       { [ ! -d "$q" ] || scr_held "$q"; } && continue
-      p=
-      read -r p 2>/dev/null <"$q/pid"
-      if [ -n "$p" ] && [ -e "/proc/$p/exe" ]; then
+      if scr_runs "$q"; then
         if [ -e "$q/claim" ]; then
           # A relay may have claimed it since it was looked at: only a
           # claim whose shell is gone is ended.
@@ -119,8 +116,7 @@ scr_fill() {
     # ones since (a claim changes no count, and the total is what is kept).
     live=0
     for q in "$SCR_PRE"/*; do
-      p=
-      [ -d "$q" ] && read -r p 2>/dev/null <"$q/pid" && [ -e "/proc/$p/exe" ] && live=$((live + 1))
+      [ -d "$q" ] && scr_runs "$q" && live=$((live + 1))
     done
     k=0
     while [ "$live" -lt "$keep" ]; do
@@ -129,6 +125,14 @@ scr_fill() {
       k=$((k + 1))
     done
   )
+}
+
+# scr_runs <dir>: the interpreter <dir>/pid names runs; $p is that pid
+# either way (empty without one), for what ends it.
+scr_runs() {
+  p=
+  read -r p 2>/dev/null <"$1/pid"
+  [ -n "$p" ] && [ -e "/proc/$p/exe" ]
 }
 
 # scr_own: $SCR_PRE and its parent (the worker's /tmp/.scr) exist, and are
