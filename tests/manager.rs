@@ -1231,10 +1231,6 @@ async fn a_registration_into_a_busy_runtime_waits_for_a_slot_never_a_fifth_exec(
     let gate = Arc::new(tokio::sync::Notify::new());
     *w.sandbox.exec_gate.lock().unwrap() = Some(gate.clone());
     let finished = AtomicUsize::new(0);
-    let done = |r: Result<Value, WorkerError>| {
-        finished.fetch_add(1, Ordering::SeqCst);
-        r
-    };
     let bus = &w.bus;
     let calls = futures_util::future::join_all((0..8).map(|i| async move {
         bus.call_published("busy::f", json!({"i": i, "_caller_worker_id": "w1"}))
@@ -1248,13 +1244,13 @@ async fn a_registration_into_a_busy_runtime_waits_for_a_slot_never_a_fifth_exec(
     };
     let registration = async {
         assert!(eventually(|| w.sandbox.execs_in_flight() == DAEMON_EXECS_PER_SANDBOX).await);
-        done(
-            register(
-                &w,
-                json!({"function_id": "busy::g", "lang": "python", "source": DOUBLE}),
-            )
-            .await,
+        let r = register(
+            &w,
+            json!({"function_id": "busy::g", "lang": "python", "source": DOUBLE}),
         )
+        .await;
+        finished.fetch_add(1, Ordering::SeqCst);
+        r
     };
     let releases = async {
         assert!(eventually(|| w.sandbox.execs_in_flight() == DAEMON_EXECS_PER_SANDBOX).await);
