@@ -29,8 +29,54 @@ const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 /// which the daemon's deadline would not reach), so the daemon's is only
 /// the backstop.
 const RELAY_GRACE_MS: u64 = 2_000;
-/// The verdict line a relay writes last on stderr.
+/// The verdict line a relay writes last on stderr (then its key).
 const VERDICT: &str = "\u{1e}SCR-RELAY ";
+
+/// The env var that carries a verdict's key into a relay's or a session
+/// turn's exec. Its root shell moves the key into an unexported variable
+/// before it starts anything, so no interpreter inherits it, and a root
+/// process's environment is unreadable to the guest user
+/// (`/proc/<pid>/environ` is its owner's alone).
+pub(crate) const VERDICT_KEY_ENV: &str = "SCR_VERDICT_KEY";
+
+/// The secret a verdict line carries. Guest code shares the exec's stderr
+/// and can print any line there, even after the verdict (from a child that
+/// outlives the call), so a line is a verdict only with the key the worker
+/// gave that one exec: a forged `cold` or `lost` can never make the worker
+/// send a call again.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct VerdictKey(String);
+
+impl VerdictKey {
+    /// 128 random bits, for one exec.
+    pub(crate) fn fresh() -> Self {
+        Self(crate::guest::new_secret())
+    }
+
+    /// `p` carrying this key in its env.
+    pub(crate) fn arm(&self, mut p: ExecParams) -> ExecParams {
+        p.env.insert(VERDICT_KEY_ENV.to_string(), self.0.clone());
+        p
+    }
+
+    /// The key as the exec's shell prints it, for tests that play the
+    /// shell's part.
+    #[cfg(test)]
+    pub(crate) fn as_printed(&self) -> &str {
+        &self.0
+    }
+
+    /// The start of this key's verdict line after `marker`.
+    fn tag(&self, marker: &str) -> String {
+        format!("{marker}{} ", self.0)
+    }
+}
+
+impl std::fmt::Debug for VerdictKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VerdictKey(<redacted>)")
+    }
+}
 
 /// A shell script as it travels in every relay's argv: without its comment
 /// lines (they are most of it), which the shell would only skip.
@@ -191,6 +237,7 @@ pub(crate) fn relay_exec(
     next: Option<(u64, Start)>,
     slots: usize,
     p: &ExecParams,
+    key: &VerdictKey,
 ) -> ExecParams {
     let timeout_ms = p.timeout_ms.saturating_add(RELAY_GRACE_MS);
     let mut e = match lang {
@@ -245,7 +292,7 @@ pub(crate) fn relay_exec(
         }
     };
     e.stdin = Some(request(p));
-    e
+    key.arm(e)
 }
 
 /// The relayed request: a header line (the wrapper, the env, the stdin
@@ -276,10 +323,11 @@ pub(crate) enum Verdict {
     TimedOut(SandboxError),
 }
 
-/// Reads the relay's verdict off the end of its stderr. Without one (the
-/// daemon cut a stderr over 1 MiB) the call ran: a call is never run twice.
-pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
-    let Some(said) = take_verdict(&mut out, VERDICT) else {
+/// Reads the relay's verdict (the line with `key`) off its stderr. Without
+/// one (the daemon cut a stderr over 1 MiB, or the exec was killed) the
+/// call ran: a call is never run twice.
+pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64, key: &VerdictKey) -> Verdict {
+    let Some(said) = take_verdict(&mut out, VERDICT, key) else {
         return Verdict::Ran(out);
     };
     match said.split_once(' ') {
@@ -293,13 +341,19 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Verdict {
     }
 }
 
-/// The words after `marker` on the verdict line a relay or a session's
-/// turn writes last on stderr, that line taken off; `None` without one (the
-/// daemon cut a stderr over 1 MiB).
-pub(crate) fn take_verdict(out: &mut ExecOutput, marker: &str) -> Option<String> {
-    let at = out.stderr.rfind(marker)?;
-    let said = out.stderr[at + marker.len()..].trim_end().to_string();
+/// The words after `marker` and `key` on the verdict line a relay or a
+/// session's turn writes on stderr, that line taken off (what guest code
+/// wrote after it stays); `None` without one (the daemon cut a stderr over
+/// 1 MiB). A line without the key is guest output like any other.
+pub(crate) fn take_verdict(out: &mut ExecOutput, marker: &str, key: &VerdictKey) -> Option<String> {
+    let tag = key.tag(marker);
+    let at = out.stderr.rfind(&tag)?;
+    let rest = &out.stderr[at + tag.len()..];
+    let end = rest.find('\n').unwrap_or(rest.len());
+    let said = rest[..end].trim_end().to_string();
+    let after = rest.get(end + 1..).unwrap_or_default().to_string();
     out.stderr.truncate(at);
+    out.stderr.push_str(&after);
     Some(said)
 }
 

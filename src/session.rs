@@ -9,15 +9,17 @@
 //! streams as a pre-started interpreter's relay does, so nothing is copied:
 //! see `guest/session/turn.sh` for the protocol. The harness (the
 //! interpreter's script) travels only when no interpreter is believed
-//! alive; a run that finds none without it ends `lost` and is sent again
-//! with it.
+//! alive; a run that finds none without it ends `gone` (root's finding,
+//! before anything is handed) and is sent again with it. Nothing else
+//! sends a run again: the verdict is root's line with the exec's key, and
+//! what the guest half reports can at most misstate the guest's own run.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use crate::guest::{NODE_RUN, PYTHON_RUN};
 use crate::ids::Lang;
-use crate::prestart::{bare, request, seconds, take_verdict};
+use crate::prestart::{bare, request, seconds, take_verdict, VerdictKey};
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 const TURN_SH: &str = include_str!("../guest/session/turn.sh");
@@ -68,7 +70,7 @@ fn guest_user(lang: Lang) -> &'static str {
 /// The exec of run `p` (a run wrapper's exec: its env and its code on
 /// stdin) as a turn of `lang`'s session; `start` carries the harness, so a
 /// turn that finds no interpreter starts one.
-pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool) -> ExecParams {
+pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool, key: &VerdictKey) -> ExecParams {
     let mut argv: Vec<String> = ["sh", "-c", "eval \"$SCR_TURN\"", "sh", "root"]
         .into_iter()
         .map(String::from)
@@ -81,13 +83,13 @@ pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool) -> ExecParams {
     if start {
         argv.push(harness(lang).to_string());
     }
-    ExecParams {
+    key.arm(ExecParams {
         argv,
         stdin: Some(request(p)),
         env: BTreeMap::from([("SCR_TURN".to_string(), turn_script().to_string())]),
         timeout_ms: p.timeout_ms.saturating_add(TURN_GRACE_MS),
         workdir: p.workdir.clone(),
-    }
+    })
 }
 
 /// Whether a turn found its interpreter or started one.
@@ -102,18 +104,22 @@ pub(crate) enum Interpreter {
 pub(crate) enum Turn {
     /// The run ran; its output as a cold exec would have given it.
     Ran(Interpreter, ExecOutput),
-    /// No interpreter took the run: none lived and no harness came, or the
-    /// one started died before it took it (its boot errors on stderr).
+    /// Root found no live interpreter and no harness came: nothing was
+    /// handed, so the run may be sent again, with the harness.
+    Gone,
+    /// The run was handed and no interpreter says it took it (the one
+    /// started died at boot, its errors on stderr, or the one found died
+    /// meanwhile). Never sent again: only guest processes saw it.
     Lost(Interpreter, String),
     /// The budget passed; the interpreter went with the run.
     TimedOut(SandboxError),
 }
 
-/// Reads a turn's verdict off the end of its stderr. Without one (the
-/// daemon cut a stderr over 1 MiB) the run ran in the interpreter it found:
-/// a run is never run twice.
-pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Turn {
-    let Some(said) = take_verdict(&mut out, VERDICT) else {
+/// Reads a turn's verdict (root's line with `key`) off its stderr. Without
+/// one (the daemon cut a stderr over 1 MiB) the run ran in the interpreter
+/// it found: a run is never run twice.
+pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64, key: &VerdictKey) -> Turn {
+    let Some(said) = take_verdict(&mut out, VERDICT, key) else {
         return Turn::Ran(Interpreter::Found, out);
     };
     let (which, what) = said.split_once(' ').unwrap_or((said.as_str(), ""));
@@ -122,6 +128,7 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64) -> Turn {
         _ => Interpreter::Found,
     };
     match what.split_once(' ') {
+        _ if what == "gone" => Turn::Gone,
         _ if what == "lost" => Turn::Lost(interpreter, out.stderr),
         _ if what == "timeout" => Turn::TimedOut(SandboxError::exec_timed_out(timeout_ms)),
         Some(("exit", code)) => {

@@ -9,9 +9,13 @@
 # (from then on the call counts as run). The server enforces the budget
 # over the call's process group. The call's end is the end of `life` (held
 # by the child, and by the server until it has written the status). The
-# last line of stderr is the verdict: `\036SCR-RELAY cold` (nothing was
+# verdict is a line on stderr: `\036SCR-RELAY <key> cold` (nothing was
 # waiting, or it never took the request: nothing ran), `… timeout`, or
-# `… exit <code>`.
+# `… exit <code>`. <key> is the exec's SCR_VERDICT_KEY, moved here into a
+# variable no process this relay starts inherits: guest code shares
+# stderr, so a line without it is the call's own output.
+scr_key=${SCR_VERDICT_KEY:-}
+unset SCR_VERDICT_KEY
 scr_relay_fork() {
   p=
   read -r p 2>/dev/null <"$1/pid"
@@ -67,7 +71,7 @@ scr_told() {
       scr_after
     ) &
   fi
-  printf '\036SCR-RELAY %s\n' "$1" >&2
+  printf '\036SCR-RELAY %s %s\n' "$scr_key" "$1" >&2
   exit "$2"
 }
 

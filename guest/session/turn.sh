@@ -4,16 +4,19 @@
 # with this file as SCR_TURN and the run's request on stdin (a header line
 # {"env": {..}, "stdin": <n>}, then the n bytes of code).
 #
-# As root it only makes sure of the session's directory, /tmp/.scr/session
+# As root it makes sure of the session's directory, /tmp/.scr/session
 # (in root's /tmp/.scr, which no guest can change; the directory itself is
-# the guest's), and becomes the guest user for good (setpriv, util-linux,
-# in every Debian-based image): the rest runs as the guest, as the
-# session's interpreter does, so guest code can do nothing to it that it
-# could not do to itself.
+# the guest's), looks whether an interpreter lives there, and runs the rest
+# of the turn as the guest user (setpriv, util-linux, in every Debian-based
+# image), as the session's interpreter runs, so guest code can do nothing
+# to it that it could not do to itself. Root stays as the turn's parent
+# only to write the verdict, with the exec's key (SCR_VERDICT_KEY, moved
+# into a variable before anything starts): guest code shares stderr and
+# the guest half's every file, so only root's line counts.
 #
 # As the guest: when no interpreter lives in the directory it starts one
-# with the harness (without one the turn ends `lost` and the worker sends
-# it), in its own session, holding the FIFOs `in` (fd 3) and `life` (fd 4)
+# with the harness (root has seen one live when none came: if it died
+# since, the turn ends `lost`), in its own session, holding the FIFOs `in` (fd 3) and `life` (fd 4)
 # read-write. It hands the interpreter this shell's pid on `in`; the
 # interpreter reads the request from this shell's fd 6 and writes through
 # its fds 7 and 8 (/proc/<pid>/fd: nothing is copied), writes "137" to
@@ -21,19 +24,46 @@
 # says `done <pid>` on `life` (its end is the interpreter's). A watchdog
 # says `timeout <pid>` there once the budget passed: the interpreter's
 # whole session is killed, and the next run starts a fresh one on the same
-# files. The last stderr line is the
-# verdict: "\036SCR-SESSION <new|continued> <exit N|timeout|lost>".
+# files. The guest half reports "<new|continued> <exit N|timeout|lost>"
+# in the report file root made for it; root's verdict on stderr is
+# "\036SCR-SESSION <key> <new|continued> <exit N|timeout|lost|gone>".
+# `gone` is root's own finding (no interpreter lives, and no harness came:
+# nothing was handed, so the worker sends the run again with it); `lost`,
+# after the run was handed, is never sent again (guest code could have
+# said it).
 
 # (SCR_SESSION, set in the exec's env, moves it: for tests on a host.)
 SCR_SESSION=${SCR_SESSION:-/tmp/.scr/session}
 
+# Root's: the key, out of the env before anything starts.
+scr_key=${SCR_VERDICT_KEY:-}
+unset SCR_VERDICT_KEY
+
+# scr_verdict <new|continued> <exit N|timeout|lost|gone>: root's verdict
+# line, then the exec's end.
 scr_verdict() {
-  printf '\036SCR-SESSION %s %s\n' "$1" "$2" >&2
+  printf '\036SCR-SESSION %s %s %s\n' "$scr_key" "$1" "$2" >&2
   case $2 in
     exit\ *) exit "${2#exit }" ;;
     timeout) exit 124 ;;
   esac
   exit 0
+}
+
+# scr_said <words>: what the guest half reported, as root believes it:
+# only the shapes it may report (a report it could not write is `lost`).
+scr_said() {
+  was=${1%% *}
+  what=${1#* }
+  case $was in new | continued) ;; *) was=continued what=lost ;; esac
+  case $what in
+    timeout | lost) ;;
+    exit\ *)
+      case ${what#exit } in '' | *[!0-9]*) what=lost ;; esac
+      ;;
+    *) what=lost ;;
+  esac
+  scr_verdict "$was" "$what"
 }
 
 # scr_turn_root <uid:gid> <budget> <lang> [<harness>]
@@ -55,6 +85,20 @@ scr_turn_root() {
     mkdir -m 700 "$SCR_SESSION" && chown "$u:$g" "$SCR_SESSION" ||
       scr_refused "cannot make $SCR_SESSION"
   fi
+  # Without the harness a turn can only hand the run to a live
+  # interpreter (it holds fd 3; a dead one, a zombie too, holds nothing).
+  # None: nothing is handed, root says so, and the run comes again.
+  if [ -z "${4:-}" ]; then
+    p=
+    read -r p 2>/dev/null <"$SCR_SESSION/pid"
+    [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_verdict continued gone
+  fi
+  # The guest half's report, in root's directory (no guest can put a
+  # link there), the file itself the guest's.
+  report=$root/turn.$$
+  rm -f "$report"
+  : >"$report" && chown "$u:$g" "$report" && chmod 600 "$report" ||
+    scr_refused "cannot make $report"
   # The exec's streams are pipes the daemon's agent made, root's and 0600:
   # the interpreter (the guest) reopens them through /proc, so they become
   # the guest's (they carry only this run, and die with the exec).
@@ -72,10 +116,16 @@ scr_turn_root() {
     one=$n
   done </proc/self/uid_map
   if [ "$rows" = 1 ] && [ "$one" = 1 ]; then
-    exec sh -c "$SCR_TURN" sh guest "$@"
+    SCR_REPORT=$report sh -c "$SCR_TURN" sh guest "$@"
+  else
+    command -v setpriv >/dev/null 2>&1 || scr_refused "setpriv (util-linux) is not in the image"
+    SCR_REPORT=$report setpriv --reuid="$u" --regid="$g" --clear-groups -- \
+      sh -c "$SCR_TURN" sh guest "$@"
   fi
-  command -v setpriv >/dev/null 2>&1 || scr_refused "setpriv (util-linux) is not in the image"
-  exec setpriv --reuid="$u" --regid="$g" --clear-groups -- sh -c "$SCR_TURN" sh guest "$@"
+  said=
+  read -r said 2>/dev/null <"$report"
+  rm -f "$report"
+  scr_said "$said"
 }
 
 scr_refused() {
@@ -83,18 +133,26 @@ scr_refused() {
   scr_verdict new "exit 1"
 }
 
+# scr_report <new|continued> <exit N|timeout|lost>: the guest half's end.
+scr_report() {
+  printf '%s %s\n' "$1" "$2" >"$R"
+  exit 0
+}
+
 # scr_turn_guest <budget> <lang> [<harness>]
 scr_turn_guest() {
   D=$SCR_SESSION
+  R=$SCR_REPORT
+  unset SCR_REPORT
   was=continued
   p=
   read -r p 2>/dev/null <"$D/pid"
   # A live interpreter holds fd 3; a dead one (a zombie too) holds nothing.
   if [ -z "$p" ] || [ ! -e "/proc/$p/fd/3" ]; then
-    [ -n "${3:-}" ] || scr_verdict continued lost
+    [ -n "${3:-}" ] || scr_report continued lost
     [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
     rm -f "$D/in" "$D/life" "$D/pid" "$D/boot.err" "$D"/status.*
-    mkfifo -m 600 "$D/in" "$D/life" || scr_verdict new lost
+    mkfifo -m 600 "$D/in" "$D/life" || scr_report new lost
     # Its FIFOs are opened here, so that it holds `life` from the fork on;
     # and nothing else of this exec (6-8 hold the exec's streams: an fd it
     # kept would keep the exec from ending).
@@ -130,7 +188,7 @@ scr_turn_guest() {
   if [ "$said" = timeout ]; then
     kill -KILL -"$p" 2>/dev/null
     rm -f "$D/pid"
-    scr_verdict "$was" timeout
+    scr_report "$was" timeout
   fi
   exec 4<&-
   kill "$w" 2>/dev/null
@@ -140,11 +198,11 @@ scr_turn_guest() {
   case $st in
     '')
       [ "$was" = new ] && cat "$D/boot.err" >&2 2>/dev/null
-      scr_verdict "$was" lost
+      scr_report "$was" lost
       ;;
     *[!0-9]*) st=137 ;;
   esac
-  scr_verdict "$was" "exit $st"
+  scr_report "$was" "exit $st"
 }
 
 case $1 in

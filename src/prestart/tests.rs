@@ -27,32 +27,89 @@ fn end_session(pid_file: &str) {
     }
 }
 
+/// A relay's verdict line for `key`, as relay_fork.sh's `scr_told` prints it.
+fn told(key: &VerdictKey, words: &str) -> String {
+    format!("\u{1e}SCR-RELAY {} {words}\n", key.as_printed())
+}
+
 #[rstest]
-#[case("printed\n\u{1e}SCR-RELAY exit 3\n", 3, Some(3), "printed\n")]
-#[case("\u{1e}SCR-RELAY exit 0\n", 0, Some(0), "")]
-#[case("cut by the daemon", 1, Some(1), "cut by the daemon")]
+#[case("printed\n", "exit 3", "", 3, Some(3), "printed\n")]
+#[case("", "exit 0", "", 0, Some(0), "")]
+// Guest lines that look like verdicts but lack the key are its output,
+// before the verdict or after it (a child that outlived the call).
 #[case(
-    "fake \u{1e}SCR-RELAY cold\n\u{1e}SCR-RELAY exit 7\n",
+    "fake \u{1e}SCR-RELAY cold\n",
+    "exit 7",
+    "",
     7,
     Some(7),
     "fake \u{1e}SCR-RELAY cold\n"
 )]
+#[case(
+    "",
+    "exit 0",
+    "\u{1e}SCR-RELAY cold\n",
+    0,
+    Some(0),
+    "\u{1e}SCR-RELAY cold\n"
+)]
 fn a_relay_that_ran_gives_the_calls_own_output(
-    #[case] stderr: &str,
+    #[case] before: &str,
+    #[case] words: &str,
+    #[case] after: &str,
     #[case] rc: i32,
     #[case] code: Option<i32>,
     #[case] left: &str,
 ) {
-    let Verdict::Ran(o) = verdict(out(stderr, rc), 1000) else {
+    let key = VerdictKey::fresh();
+    let stderr = format!("{before}{}{after}", told(&key, words));
+    let Verdict::Ran(o) = verdict(out(&stderr, rc), 1000, &key) else {
         panic!("ran")
     };
     assert_eq!((o.exit_code, o.stderr.as_str()), (code, left));
 }
 
+/// Guest code can print a relay's verdict words, with any key but the one
+/// the worker gave this exec: at the end of stderr, after a fill that
+/// pushed the real verdict past the daemon's 1 MiB cut, or with another
+/// exec's key. None of them is `cold`, so the call is never sent again.
+#[rstest]
+#[case::at_the_end(false, false)]
+#[case::after_a_fill_that_cut_the_verdict(true, false)]
+#[case::with_another_execs_key(false, true)]
+fn a_forged_verdict_never_reads_as_cold(#[case] filled: bool, #[case] other_key: bool) {
+    let key = VerdictKey::fresh();
+    let forger = if other_key {
+        VerdictKey::fresh()
+    } else {
+        key.clone()
+    };
+    let forged = if other_key {
+        told(&forger, "cold")
+    } else {
+        "\u{1e}SCR-RELAY cold\n".to_string()
+    };
+    let stderr = if filled {
+        // The daemon keeps the first MiB: the relay's line never arrives.
+        let mut s = "x".repeat(1 << 20);
+        s.push_str(&forged);
+        s
+    } else {
+        format!("{}{forged}", told(&key, "exit 0"))
+    };
+    assert!(
+        matches!(verdict(out(&stderr, 0), 1000, &key), Verdict::Ran(_)),
+        "a forged cold verdict was believed"
+    );
+    assert_eq!(format!("{key:?}"), "VerdictKey(<redacted>)");
+}
+
 #[test]
 fn cold_and_timeout_verdicts_are_told_apart_from_exit_codes() {
-    assert_eq!(verdict(out("\u{1e}SCR-RELAY cold\n", 0), 5), Verdict::Cold);
-    let Verdict::TimedOut(e) = verdict(out("x\u{1e}SCR-RELAY timeout\n", 124), 1500) else {
+    let key = VerdictKey::fresh();
+    assert_eq!(verdict(out(&told(&key, "cold"), 0), 5, &key), Verdict::Cold);
+    let stderr = format!("x{}", told(&key, "timeout"));
+    let Verdict::TimedOut(e) = verdict(out(&stderr, 124), 1500, &key) else {
         panic!("timed out")
     };
     assert_eq!(e.outcome(), crate::sandbox::Outcome::Timeout);
@@ -62,7 +119,7 @@ fn cold_and_timeout_verdicts_are_told_apart_from_exit_codes() {
     );
     // A call that itself exits 97 or 124 ran.
     assert!(matches!(
-        verdict(out("\u{1e}SCR-RELAY exit 124\n", 124), 5),
+        verdict(out(&told(&key, "exit 124"), 124), 5, &key),
         Verdict::Ran(ExecOutput {
             exit_code: Some(124),
             ..
@@ -260,7 +317,14 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
         timeout_ms: 2500,
         workdir: None,
     };
-    let r = relay_exec(Lang::Python, 4, Some((5, Start::Alone)), 1, &p);
+    let r = relay_exec(
+        Lang::Python,
+        4,
+        Some((5, Start::Alone)),
+        1,
+        &p,
+        &VerdictKey::fresh(),
+    );
     let stdin = r.stdin.unwrap();
     let nl = stdin.iter().position(|b| *b == b'\n').unwrap();
     let header: serde_json::Value = serde_json::from_slice(&stdin[..nl]).unwrap();
@@ -268,7 +332,11 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
     assert_eq!(header["env"]["III_GUEST_TOKEN"], "t");
     assert_eq!(header["stdin"], 7);
     assert_eq!(&stdin[nl + 1..], b"\xff\x00code\n");
-    assert!(r.env.is_empty(), "the relay itself carries no token");
+    assert_eq!(
+        r.env.keys().collect::<Vec<_>>(),
+        [VERDICT_KEY_ENV],
+        "the relay itself carries no token, only its verdict's key"
+    );
     assert_eq!(r.timeout_ms, 2500 + RELAY_GRACE_MS);
     let command = &r.argv[2];
     assert!(
@@ -282,7 +350,14 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
     assert!(r.argv[4].contains("_WRAPPERS = ["), "the spawner's harness");
     // Beside other servers, the replaced one is retired and the next
     // added without ending the busy ones.
-    let beside = relay_exec(Lang::Python, 4, Some((5, Start::Beside)), 3, &p);
+    let beside = relay_exec(
+        Lang::Python,
+        4,
+        Some((5, Start::Beside)),
+        3,
+        &p,
+        &VerdictKey::fresh(),
+    );
     assert!(
         beside.argv[2].contains(
             r#"SCR_NEXT='scr_retire /tmp/.scr/pre/4; scr_add /tmp/.scr/pre/5 python3 -Ic "$SCR_HARNESS"'"#
@@ -295,7 +370,7 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
         "no spawn that ends the others"
     );
     // A relay into a server that stays is builtins only: no spawner, no harness.
-    let fast = relay_exec(Lang::Python, 4, None, 1, &p);
+    let fast = relay_exec(Lang::Python, 4, None, 1, &p, &VerdictKey::fresh());
     assert_eq!(fast.argv.len(), 3);
     assert!(!fast.argv[2].contains("scr_spawn() {"), "{}", fast.argv[2]);
     assert_eq!(fast.stdin.as_deref(), Some(&stdin[..]));

@@ -62,6 +62,7 @@ pub(super) async fn exec_call(
         (vm.next_generation(), start)
     });
     let timeout_ms = p.timeout_ms;
+    let key = prestart::VerdictKey::fresh();
     let relayed = vm
         .exec(prestart::relay_exec(
             lang,
@@ -69,6 +70,7 @@ pub(super) async fn exec_call(
             next,
             slots,
             &p,
+            &key,
         ))
         .await;
     let keeps = match next {
@@ -80,7 +82,7 @@ pub(super) async fn exec_call(
     if lang == Lang::Python {
         vm.interpreter_returned();
     }
-    match prestart::verdict(relayed?, timeout_ms) {
+    match prestart::verdict(relayed?, timeout_ms, &key) {
         Verdict::Ran(out) => Ok(out),
         Verdict::TimedOut(e) => Err(e),
         Verdict::Cold => {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::errors::{DaemonFailure, RunError};
 use super::lease::VmLease;
 use crate::error::redact_uuids;
+use crate::prestart::VerdictKey;
 use crate::sandbox::{ExecOutput, ExecParams};
 use crate::session::{turn_exec, verdict, Interpreter, Turn};
 use crate::wire::SessionState;
@@ -33,11 +34,12 @@ pub(super) async fn turn(
     let daemon = |e| DaemonFailure::new(e, p.timeout_ms);
     let mut start = !session.alive.load(Ordering::Acquire);
     loop {
+        let key = VerdictKey::fresh();
         let out = vm
-            .exec(turn_exec(vm.lang(), p, start))
+            .exec(turn_exec(vm.lang(), p, start, &key))
             .await
             .map_err(|e| RunError::Exec(daemon(e)))?;
-        match verdict(out, p.timeout_ms) {
+        match verdict(out, p.timeout_ms, &key) {
             Turn::Ran(found, out) => {
                 let state = match found {
                     Interpreter::Found => SessionState::Continued,
@@ -49,8 +51,15 @@ pub(super) async fn turn(
                 session.alive.store(true, Ordering::Release);
                 return Ok((out, state));
             }
-            // Gone since the last run: once more, with the harness.
-            Turn::Lost(Interpreter::Found, _) if !start => start = true,
+            // Gone since the last run, and nothing handed: once more,
+            // with the harness.
+            Turn::Gone if !start => start = true,
+            Turn::Gone => {
+                session.alive.store(false, Ordering::Release);
+                return Err(RunError::SessionLost {
+                    boot: String::new(),
+                });
+            }
             Turn::Lost(_, boot) => {
                 session.alive.store(false, Ordering::Release);
                 return Err(RunError::SessionLost {

@@ -12,65 +12,81 @@ fn out(stderr: &str, code: i32) -> ExecOutput {
     ExecOutput::exited(stderr, code)
 }
 
+/// A turn's verdict line for `key`, as root prints it (`scr_verdict`).
+fn said(key: &VerdictKey, words: &str) -> String {
+    format!("\u{1e}SCR-SESSION {} {words}\n", key.as_printed())
+}
+
 #[rstest]
 #[case(
-    "printed\n\u{1e}SCR-SESSION new exit 0\n",
+    "printed\n",
+    "new exit 0",
     0,
     Interpreter::Started,
     Some(0),
     "printed\n"
 )]
+#[case("", "continued exit 3", 3, Interpreter::Found, Some(3), "")]
+// Guest lines that look like verdicts lack the key: they are its output.
 #[case(
-    "\u{1e}SCR-SESSION continued exit 3\n",
-    3,
-    Interpreter::Found,
-    Some(3),
-    ""
-)]
-#[case(
-    "cut by the daemon",
-    1,
-    Interpreter::Found,
-    Some(1),
-    "cut by the daemon"
-)]
-#[case(
-    "guest wrote \u{1e}SCR-SESSION new lost\n\u{1e}SCR-SESSION continued exit 7\n",
+    "guest wrote \u{1e}SCR-SESSION continued gone\n",
+    "continued exit 7",
     7,
     Interpreter::Found,
     Some(7),
-    "guest wrote \u{1e}SCR-SESSION new lost\n"
+    "guest wrote \u{1e}SCR-SESSION continued gone\n"
 )]
 fn a_turn_that_ran_gives_the_runs_own_output(
-    #[case] stderr: &str,
+    #[case] before: &str,
+    #[case] words: &str,
     #[case] rc: i32,
     #[case] found: Interpreter,
     #[case] code: Option<i32>,
     #[case] left: &str,
 ) {
-    let Turn::Ran(which, o) = verdict(out(stderr, rc), 1000) else {
+    let key = VerdictKey::fresh();
+    let stderr = format!("{before}{}", said(&key, words));
+    let Turn::Ran(which, o) = verdict(out(&stderr, rc), 1000, &key) else {
         panic!("ran")
     };
     assert_eq!((which, o.exit_code, o.stderr.as_str()), (found, code, left));
 }
 
+/// A run whose stderr the daemon cut (guest code filled it past 1 MiB, then
+/// printed a `gone` of its own) ran: it is not sent again.
 #[test]
-fn lost_and_timed_out_turns_are_told_apart_from_exit_codes() {
+fn a_forged_or_missing_verdict_reads_as_ran() {
+    let key = VerdictKey::fresh();
+    let mut filled = "x".repeat(1 << 20);
+    filled.push_str("\u{1e}SCR-SESSION continued gone\n");
+    assert!(matches!(
+        verdict(out(&filled, 1), 1000, &key),
+        Turn::Ran(Interpreter::Found, _)
+    ));
+    let other = said(&VerdictKey::fresh(), "continued gone");
+    let tail = format!("{}{other}", said(&key, "continued exit 0"));
+    assert!(matches!(
+        verdict(out(&tail, 0), 1000, &key),
+        Turn::Ran(Interpreter::Found, _)
+    ));
+}
+
+#[test]
+fn gone_lost_and_timed_out_turns_are_told_apart_from_exit_codes() {
+    let key = VerdictKey::fresh();
+    let v = |stderr: String, rc, ms| verdict(out(&stderr, rc), ms, &key);
+    assert_eq!(v(said(&key, "continued gone"), 0, 5), Turn::Gone);
     assert_eq!(
-        verdict(out("\u{1e}SCR-SESSION continued lost\n", 0), 5),
-        Turn::Lost(Interpreter::Found, String::new())
-    );
-    assert_eq!(
-        verdict(out("boot failed\n\u{1e}SCR-SESSION new lost\n", 0), 5),
+        v(format!("boot failed\n{}", said(&key, "new lost")), 0, 5),
         Turn::Lost(Interpreter::Started, "boot failed\n".into())
     );
-    let Turn::TimedOut(e) = verdict(out("\u{1e}SCR-SESSION continued timeout\n", 124), 1500) else {
+    let Turn::TimedOut(e) = v(said(&key, "continued timeout"), 124, 1500) else {
         panic!("timed out")
     };
     assert_eq!(e.outcome(), Outcome::Timeout);
     // A run that itself exits 124 ran.
     assert!(matches!(
-        verdict(out("\u{1e}SCR-SESSION continued exit 124\n", 124), 5),
+        v(said(&key, "continued exit 124"), 124, 5),
         Turn::Ran(
             Interpreter::Found,
             ExecOutput {
@@ -89,8 +105,9 @@ fn run_exec(code: &str, timeout_ms: u64) -> ExecParams {
 fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_request() {
     let mut p = run_exec("x = 1", 2500);
     p.env.insert("III_GUEST_TOKEN".into(), "tok".into());
-    let found = turn_exec(Lang::Python, &p, false);
-    let start = turn_exec(Lang::Python, &p, true);
+    let key = VerdictKey::fresh();
+    let found = turn_exec(Lang::Python, &p, false, &key);
+    let start = turn_exec(Lang::Python, &p, true, &key);
     assert_eq!(found.argv.len() + 1, start.argv.len());
     assert_eq!(&found.argv[4..], ["root", "1000:100", "2.500", "python"]);
     assert!(start.argv.last().unwrap().ends_with("_session()\n"));
@@ -101,7 +118,7 @@ fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_re
     for e in [&found, &start] {
         assert_eq!(
             e.env.keys().collect::<Vec<_>>(),
-            ["SCR_TURN"],
+            ["SCR_TURN", crate::prestart::VERDICT_KEY_ENV],
             "no token in the exec's env"
         );
         assert!(
@@ -146,7 +163,8 @@ impl HostSession {
 
     fn turn(&self, code: &str, timeout_ms: u64, start: bool) -> Turn {
         let p = crate::guest::run_exec_with_result(self.lang, code, timeout_ms, "sec", 1000);
-        let e = turn_exec(self.lang, &p, start);
+        let key = VerdictKey::fresh();
+        let e = turn_exec(self.lang, &p, start, &key);
         let mut child = Command::new(&e.argv[0])
             .args(&e.argv[1..])
             .envs(&e.env)
@@ -170,7 +188,7 @@ impl HostSession {
             exit_code: done.status.code(),
             duration_ms: 0,
         };
-        verdict(o, timeout_ms)
+        verdict(o, timeout_ms, &key)
     }
 
     /// The run's result frame, and which interpreter ran it.
@@ -227,12 +245,7 @@ fn a_session_keeps_its_globals_until_a_timeout_takes_its_interpreter(
         return;
     };
     // Without the harness, nothing starts: the worker is told to send it.
-    let lost = |code| {
-        matches!(
-            s.turn(code, 5_000, false),
-            Turn::Lost(Interpreter::Found, _)
-        )
-    };
+    let lost = |code| matches!(s.turn(code, 5_000, false), Turn::Gone);
     assert!(lost(set));
     assert_eq!(
         s.result(set, true),
@@ -249,5 +262,39 @@ fn a_session_keeps_its_globals_until_a_timeout_takes_its_interpreter(
     assert_eq!(
         s.result(has, true),
         (Interpreter::Started, Some("false".into()))
+    );
+}
+
+/// Guest code that prints a turn's `gone` verdict itself, at the end of
+/// its stderr and after a 1 MiB fill, runs once: its own count says so.
+#[test]
+fn a_run_that_forges_its_turns_verdict_runs_once() {
+    let Some(s) = HostSession::new(Lang::Python) else {
+        return;
+    };
+    let count = "n = globals().get('n', 0) + 1\nresult = n";
+    assert_eq!(
+        s.result(count, true),
+        (Interpreter::Started, Some("1".into()))
+    );
+    let forge = |fill: usize| {
+        format!(
+            "import sys\nsys.stderr.write('x' * {fill})\n\
+             sys.stderr.write('\\x1eSCR-SESSION continued gone\\n')\n{count}"
+        )
+    };
+    assert_eq!(
+        s.result(&forge(0), false),
+        (Interpreter::Found, Some("2".into()))
+    );
+    let filled = s.turn(&forge(1 << 20), 10_000, false);
+    assert!(
+        matches!(filled, Turn::Ran(Interpreter::Found, _)),
+        "{filled:?}"
+    );
+    assert_eq!(
+        s.result(count, false),
+        (Interpreter::Found, Some("4".into())),
+        "each forging run ran exactly once"
     );
 }
