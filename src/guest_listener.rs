@@ -25,6 +25,11 @@ pub struct ListenerLayout {
     pub main_port: u16,
 }
 
+/// The engine's `registration_namespace_grace_ms` the printed config sets:
+/// how long an unnamed guest connection's registrations wait (the engine's
+/// default is 5000).
+pub const GUEST_NAME_GRACE_MS: u64 = 250;
+
 impl ListenerLayout {
     /// The engine config's `workers:` entries, then the worker's own two
     /// settings, as YAML with comments.
@@ -36,6 +41,11 @@ impl ListenerLayout {
         } = self;
         format!(
             r#"# iii engine config: two iii-worker-manager listeners.
+# Guests may not name themselves (engine::workers::register claims a worker
+# name engine-wide), so their registrations wait this long for a name that
+# never comes, then land in `default`. Every SDK names itself at once, so
+# trusted workers never wait for it.
+registration_namespace_grace_ms: {GUEST_NAME_GRACE_MS}
 workers:
   # Main listener: trusted workers, iii-sandbox and sandbox-code-runner.
   # On a host-only address the sandbox gateway does not forward to.
@@ -46,7 +56,8 @@ workers:
   # Guest listener: every guest's `iii` connects here with a per-run token.
   # Default deny, decided by the worker (docs/threat-model.md): the auth
   # function forbids sandbox::*, the worker's internals and every engine
-  # builtin but the SDK's carve-out, and allows binding only the worker's
+  # builtin but logging, context and the function listing (no worker names,
+  # no channels), and allows binding only the worker's
   # lifecycle events. The middleware makes each guest one tenant: run,
   # register_function and teardown act only on what its own lineage owns,
   # within its budget; calls to other tenants' functions are refused; calls
@@ -126,6 +137,11 @@ mod tests {
         assert_eq!(workers.len(), 2);
         assert_eq!(workers[0]["config"]["host"].as_str(), Some("127.0.0.2"));
         assert_eq!(workers[0]["config"]["port"].as_u64(), Some(49134));
+        assert_eq!(
+            v["registration_namespace_grace_ms"].as_u64(),
+            Some(250),
+            "guests' registrations wait a quarter second, not the engine's 5 s"
+        );
         let rbac = &workers[1]["config"]["rbac"];
         assert_eq!(workers[1]["config"]["host"].as_str(), Some("127.0.0.1"));
         assert_eq!(workers[1]["config"]["port"].as_u64(), Some(49135));

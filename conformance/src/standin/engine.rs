@@ -157,6 +157,10 @@ pub struct EngineOptions {
     /// A second, RBAC-gated listener, as an extra `iii-worker-manager`
     /// entry with an `rbac` block opens on the real engine.
     pub guest: Option<GuestListener>,
+    /// The engine config's `registration_namespace_grace_ms`: how long a
+    /// connection's registrations wait for it to name itself (default
+    /// [`NAME_GRACE`]).
+    pub name_grace: Duration,
 }
 
 impl Default for EngineOptions {
@@ -165,6 +169,7 @@ impl Default for EngineOptions {
             host: Ipv4Addr::LOCALHOST,
             port: 0,
             guest: None,
+            name_grace: NAME_GRACE,
         }
     }
 }
@@ -193,7 +198,9 @@ impl StandInEngine {
                 "the stand-in engine binds loopback addresses only",
             ));
         }
-        let state: Shared = Arc::new(Mutex::new(State::new()));
+        let mut fresh = State::new();
+        fresh.name_grace = options.name_grace;
+        let state: Shared = Arc::new(Mutex::new(fresh));
         let listener = TcpListener::bind((options.host, options.port)).await?;
         let addr = listener.local_addr()?;
         let mut stops = Vec::new();
@@ -347,6 +354,8 @@ enum Outbound {
 }
 
 struct State {
+    /// How long a connection's registrations wait for its name.
+    name_grace: Duration,
     workers: HashMap<Uuid, Worker>,
     /// Visible functions, keyed by (namespace, function id).
     functions: BTreeMap<(String, String), Function>,
@@ -414,6 +423,7 @@ impl State {
             })
             .collect();
         State {
+            name_grace: NAME_GRACE,
             workers: HashMap::new(),
             functions: BTreeMap::new(),
             pending: HashMap::new(),

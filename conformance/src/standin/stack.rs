@@ -115,6 +115,12 @@ pub(crate) struct StackParts {
     pub(crate) configuration: Option<ConfigDouble>,
 }
 
+/// The `registration_namespace_grace_ms` of the engine config that
+/// `guest-listener-config` prints (250 ms): guests may not name themselves
+/// (`engine::workers::register` is forbidden them), so their registrations
+/// wait this long for a name that never comes.
+pub(crate) const GUARDED_NAME_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Where the stand-in's listeners go. Public for the worker's benches,
 /// which start stacks with and without the guest middleware side by side
 /// ([`ListenerLayout::guarded`], [`Stack::start_with_layout`]).
@@ -220,6 +226,10 @@ impl Stack {
                     host: layout.main_host,
                     port: options.port,
                     guest: layout.guest.as_ref().map(guest_listener),
+                    name_grace: match layout.guest {
+                        Some(_) => GUARDED_NAME_GRACE,
+                        None => crate::standin::engine::NAME_GRACE,
+                    },
                 })
                 .await
                 .map_err(|source| StackError::Bind {

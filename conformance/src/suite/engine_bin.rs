@@ -29,8 +29,16 @@ const STOP_DEADLINE: Duration = Duration::from_secs(10);
 /// guest listener on `127.0.0.1:guest_port` (with a tenancy gate, its
 /// `middleware_function_id` and `on_trigger_registration_function_id` too).
 pub(crate) fn config_yaml(port: u16, guest: Option<(&GuestGate, u16)>) -> String {
-    let mut yaml =
-        String::from("# Written by code-runner-conformance for one environment.\nworkers:\n");
+    let mut yaml = String::from("# Written by code-runner-conformance for one environment.\n");
+    if guest.is_some() {
+        // Guests never name themselves (the layout guest-listener-config
+        // prints): their registrations wait this long for the name.
+        yaml.push_str(&format!(
+            "registration_namespace_grace_ms: {}\n",
+            crate::standin::stack::GUARDED_NAME_GRACE.as_millis()
+        ));
+    }
+    yaml.push_str("workers:\n");
     match guest {
         None => yaml.push_str(&format!(
             "  - name: iii-worker-manager\n    config:\n      host: 127.0.0.1\n      port: {port}\n"
@@ -234,7 +242,7 @@ mod tests {
         let v: serde_json::Value = serde_yaml::from_str(&config_yaml(40123, None)).unwrap();
         assert_eq!(
             v,
-            json!({"workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
+            json!({"registration_namespace_grace_ms": 250, "workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
         );
     }
 
@@ -250,7 +258,7 @@ mod tests {
             serde_yaml::from_str(&config_yaml(40123, Some((&gate, 40124)))).unwrap();
         assert_eq!(
             v,
-            json!({"workers": [
+            json!({"registration_namespace_grace_ms": 250, "workers": [
                 {"name": "iii-worker-manager", "config": {"host": "127.0.0.2", "port": 40123}},
                 {"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40124, "rbac": {
                     "auth_function_id": "w::guest-auth",

@@ -145,8 +145,9 @@ pub(super) async fn serve_worker(
     // The grace after which held registrations become visible even if the
     // worker never names itself.
     let grace_state = state.clone();
+    let name_grace = lock(&state).name_grace;
     let grace = tokio::spawn(async move {
-        tokio::time::sleep(NAME_GRACE).await;
+        tokio::time::sleep(name_grace).await;
         let mut st = lock(&grace_state);
         flush_held(&mut st, worker_id);
     });
