@@ -135,6 +135,17 @@ fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_re
     assert!(harness(Lang::Node).trim_end().ends_with("await session();"));
 }
 
+/// Reports a test skipped, with why; where CI asks for the root-only tests
+/// (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root), fails instead.
+fn skipped(why: &str) {
+    let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "SCR_REQUIRE_ROOT_TESTS=1, but this test would skip: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// Turns of one session, run on this host as the VM runs them (root drops
 /// to the guest user), in a directory of the test's own.
 struct HostSession {
@@ -150,9 +161,7 @@ impl HostSession {
         std::fs::create_dir_all(&base).unwrap();
         if std::fs::metadata(&base).unwrap().uid() != 0 {
             let _ = std::fs::remove_dir_all(&base);
-            eprintln!(
-                "skipped: a session's turn starts as root and drops to the guest user; run as root"
-            );
+            skipped("a session's turn starts as root and drops to the guest user; run as root");
             return None;
         }
         Some(HostSession {
@@ -297,4 +306,27 @@ fn a_run_that_forges_its_turns_verdict_runs_once() {
         (Interpreter::Found, Some("4".into())),
         "each forging run ran exactly once"
     );
+}
+
+/// A session's interpreter runs guest code in its own long-lived process:
+/// it must never be root (threat model: "a session's interpreter never
+/// holds root"), where the host can give it another user.
+#[rstest]
+#[case(Lang::Python, "import os\nresult = [os.getuid(), os.geteuid()]")]
+#[case(Lang::Node, "return [process.getuid(), process.geteuid()]")]
+fn a_sessions_interpreter_is_not_root(#[case] lang: Lang, #[case] code: &str) {
+    let Some(s) = HostSession::new(lang) else {
+        return;
+    };
+    let (_, ids) = s.result(code, true);
+    let ids: Vec<u32> = serde_json::from_str(ids.as_deref().unwrap_or("null")).unwrap_or_default();
+    // The guest user the wrappers default to (guest/README.md), unless this
+    // host's user namespace maps one id only.
+    let one_id = std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.lines().count() == 1 && m.split_whitespace().nth(2) == Some("1"))
+        .unwrap_or(false);
+    if one_id {
+        return skipped("this host's user namespace maps one id only: no other user to become");
+    }
+    assert_eq!(ids, [1000, 1000], "the interpreter runs as the guest user");
 }

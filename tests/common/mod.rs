@@ -30,6 +30,18 @@ pub struct Harness {
 
 pub use code_runner_conformance::standin::wait::until as wait_for;
 
+/// Reports a test skipped, with why, on stderr; where CI asks for the
+/// root-only tests (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root),
+/// a skip is a failure instead, so they cannot pass by not running.
+pub fn skip(why: &str) {
+    let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "SCR_REQUIRE_ROOT_TESTS=1, but this test would skip: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
 pub fn test_limits() -> SandboxLimits {
     SandboxLimits {
         stop_grace_ms: 0,
