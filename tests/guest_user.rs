@@ -123,7 +123,7 @@ async fn every_path(lang: &str, prestart: bool) {
     let config = if prestart { "" } else { "prestart: false\n" };
     let h = Harness::start(config).await;
     if let Some(why) = code_runner_conformance::standin::sandbox_double::users::unmodelled() {
-        common::skip(&why);
+        common::skip(why);
         h.finish(0).await;
         return;
     }

@@ -113,13 +113,23 @@ fn answering(
     log
 }
 
+/// The verdict line a relay exec's shell prints: with the key the worker
+/// put in that exec's env (a line without it is the call's own output).
+fn told(p: &ExecParams, words: &str) -> String {
+    let key = p
+        .env
+        .get("SCR_VERDICT_KEY")
+        .expect("a relay carries its verdict's key");
+    format!("\u{1e}SCR-RELAY {key} {words}\n")
+}
+
 /// A relay whose interpreter answered `value`, having printed `hello`.
 fn relay_answering(value: Value) -> impl Fn(&ExecParams) -> ExecOutput {
     move |p| {
         let (_, inner) = relayed(p);
         ExecOutput {
             stdout: frame(inner["secret"].as_str().unwrap(), &value),
-            stderr: "hello\n\u{1e}SCR-RELAY exit 0\n".into(),
+            stderr: format!("hello\n{}", told(p, "exit 0")),
             exit_code: Some(0),
             duration_ms: 2,
         }
@@ -252,7 +262,11 @@ async fn the_relayed_request_carries_the_calls_env_and_the_relay_none() {
         .await
         .unwrap();
     let (relay_env, (header, inner)) = requests.lock().unwrap()[0].clone();
-    assert!(relay_env.is_empty(), "{relay_env:?}");
+    assert_eq!(
+        relay_env.keys().collect::<Vec<_>>(),
+        ["SCR_VERDICT_KEY"],
+        "the relay carries no env of the call's: {relay_env:?}"
+    );
     assert_eq!(header["env"]["SCR_WORKER_NAME"], "sandbox-code-runner:a::f");
     assert!(header["script"].as_str().unwrap().contains("def _main"));
     assert_eq!(
@@ -266,8 +280,8 @@ async fn the_relayed_request_carries_the_calls_env_and_the_relay_none() {
 #[tokio::test]
 async fn a_relay_that_found_no_server_runs_the_call_cold_once() {
     let (sandbox, bus, m) = manager(true);
-    let log = answering(&sandbox, |_| ExecOutput {
-        stderr: "\u{1e}SCR-RELAY cold\n".into(),
+    let log = answering(&sandbox, |p| ExecOutput {
+        stderr: told(p, "cold"),
         exit_code: Some(0),
         ..ExecOutput::default()
     });
@@ -286,8 +300,8 @@ async fn a_relay_that_found_no_server_runs_the_call_cold_once() {
 #[tokio::test]
 async fn a_relay_past_its_deadline_is_the_daemons_timeout() {
     let (sandbox, bus, m) = manager(true);
-    answering(&sandbox, |_| ExecOutput {
-        stderr: "partial\n\u{1e}SCR-RELAY timeout\n".into(),
+    answering(&sandbox, |p| ExecOutput {
+        stderr: format!("partial\n{}", told(p, "timeout")),
         exit_code: Some(124),
         ..ExecOutput::default()
     });
@@ -302,9 +316,9 @@ async fn a_relay_past_its_deadline_is_the_daemons_timeout() {
 #[tokio::test]
 async fn a_run_that_exits_like_a_relay_verdict_code_is_not_run_twice() {
     let (sandbox, _bus, m) = manager(true);
-    let log = answering(&sandbox, |_| ExecOutput {
+    let log = answering(&sandbox, |p| ExecOutput {
         stdout: "ran\n".into(),
-        stderr: "\u{1e}SCR-RELAY exit 97\n".into(),
+        stderr: told(p, "exit 97"),
         exit_code: Some(97),
         duration_ms: 1,
     });

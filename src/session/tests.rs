@@ -319,7 +319,7 @@ fn a_sessions_interpreter_is_not_root(#[case] lang: Lang, #[case] code: &str) {
         return;
     };
     let (_, ids) = s.result(code, true);
-    let ids: Vec<u32> = serde_json::from_str(ids.as_deref().unwrap_or("null")).unwrap_or_default();
+    let ids = ids.unwrap_or_default().replace(' ', "");
     // The guest user the wrappers default to (guest/README.md), unless this
     // host's user namespace maps one id only.
     let one_id = std::fs::read_to_string("/proc/self/uid_map")
@@ -328,5 +328,5 @@ fn a_sessions_interpreter_is_not_root(#[case] lang: Lang, #[case] code: &str) {
     if one_id {
         return skipped("this host's user namespace maps one id only: no other user to become");
     }
-    assert_eq!(ids, [1000, 1000], "the interpreter runs as the guest user");
+    assert_eq!(ids, "[1000,1000]", "the interpreter runs as the guest user");
 }

@@ -242,7 +242,7 @@ mod tests {
         let v: serde_json::Value = serde_yaml::from_str(&config_yaml(40123, None)).unwrap();
         assert_eq!(
             v,
-            json!({"registration_namespace_grace_ms": 250, "workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
+            json!({"workers": [{"name": "iii-worker-manager", "config": {"host": "127.0.0.1", "port": 40123}}]})
         );
     }
 
