@@ -50,6 +50,15 @@ scr_verdict() {
   exit 0
 }
 
+# scr_live: whether the session's interpreter lives ($p: its pid, from
+# the pid file). A live one holds fd 3; a dead one (a zombie too) holds
+# nothing.
+scr_live() {
+  p=
+  read -r p 2>/dev/null <"$SCR_SESSION/pid"
+  [ -n "$p" ] && [ -e "/proc/$p/fd/3" ]
+}
+
 # scr_said <words>: what the guest half reported, as root believes it:
 # only the shapes it may report (a report it could not write is `lost`).
 scr_said() {
@@ -86,13 +95,9 @@ scr_turn_root() {
       scr_refused "cannot make $SCR_SESSION"
   fi
   # Without the harness a turn can only hand the run to a live
-  # interpreter (it holds fd 3; a dead one, a zombie too, holds nothing).
-  # None: nothing is handed, root says so, and the run comes again.
-  if [ -z "${4:-}" ]; then
-    p=
-    read -r p 2>/dev/null <"$SCR_SESSION/pid"
-    [ -n "$p" ] && [ -e "/proc/$p/fd/3" ] || scr_verdict continued gone
-  fi
+  # interpreter. None: nothing is handed, root says so, and the run comes
+  # again.
+  [ -n "${4:-}" ] || scr_live || scr_verdict continued gone
   # The guest half's report, in root's directory (no guest can put a
   # link there), the file itself the guest's.
   report=$root/turn.$$
@@ -145,10 +150,7 @@ scr_turn_guest() {
   R=$SCR_REPORT
   unset SCR_REPORT
   was=continued
-  p=
-  read -r p 2>/dev/null <"$D/pid"
-  # A live interpreter holds fd 3; a dead one (a zombie too) holds nothing.
-  if [ -z "$p" ] || [ ! -e "/proc/$p/fd/3" ]; then
+  if ! scr_live; then
     [ -n "${3:-}" ] || scr_report continued lost
     [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null
     rm -f "$D/in" "$D/life" "$D/pid" "$D/boot.err" "$D"/status.*

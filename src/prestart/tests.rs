@@ -79,13 +79,8 @@ fn a_relay_that_ran_gives_the_calls_own_output(
 #[case::with_another_execs_key(false, true)]
 fn a_forged_verdict_never_reads_as_cold(#[case] filled: bool, #[case] other_key: bool) {
     let key = VerdictKey::fresh();
-    let forger = if other_key {
-        VerdictKey::fresh()
-    } else {
-        key.clone()
-    };
     let forged = if other_key {
-        told(&forger, "cold")
+        told(&VerdictKey::fresh(), "cold")
     } else {
         "\u{1e}SCR-RELAY cold\n".to_string()
     };
@@ -102,6 +97,19 @@ fn a_forged_verdict_never_reads_as_cold(#[case] filled: bool, #[case] other_key:
         "a forged cold verdict was believed"
     );
     assert_eq!(format!("{key:?}"), "VerdictKey(<redacted>)");
+}
+
+/// Without a verdict (the daemon cut a stderr over 1 MiB) the call ran,
+/// with the exit code and stderr the exec gave.
+#[test]
+fn a_relay_without_a_verdict_ran() {
+    let Verdict::Ran(o) = verdict(out("cut by the daemon", 1), 1000, &VerdictKey::fresh()) else {
+        panic!("ran")
+    };
+    assert_eq!(
+        (o.exit_code, o.stderr.as_str()),
+        (Some(1), "cut by the daemon")
+    );
 }
 
 #[test]

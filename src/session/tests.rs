@@ -57,6 +57,13 @@ fn a_turn_that_ran_gives_the_runs_own_output(
 #[test]
 fn a_forged_or_missing_verdict_reads_as_ran() {
     let key = VerdictKey::fresh();
+    let Turn::Ran(found, o) = verdict(out("cut by the daemon", 1), 1000, &key) else {
+        panic!("ran")
+    };
+    assert_eq!(
+        (found, o.exit_code, o.stderr.as_str()),
+        (Interpreter::Found, Some(1), "cut by the daemon")
+    );
     let mut filled = "x".repeat(1 << 20);
     filled.push_str("\u{1e}SCR-SESSION continued gone\n");
     assert!(matches!(
