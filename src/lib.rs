@@ -24,6 +24,7 @@ mod python_sdk;
 mod run_result;
 pub mod runtime;
 pub mod sandbox;
+pub mod seal;
 mod session;
 pub mod settings;
 mod stats;

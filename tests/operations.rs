@@ -271,7 +271,7 @@ async fn sigterm_with_the_engine_gone_exits_within_5s() {
         })
         .await
         .expect("a kept run");
-    assert!(out["runtime_id"].is_string());
+    assert!(out["runtime_id"].is_string(), "{out}");
 
     engine.shutdown().await;
     let sent = Instant::now();

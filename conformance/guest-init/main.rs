@@ -51,9 +51,10 @@ const ENOENT: c_int = 2;
 const ENOEXEC: c_int = 8;
 const EACCES: c_int = 13;
 const ENOTDIR: c_int = 20;
-const PR_CAPBSET_DROP: c_int = 24;
-const CAP_SYS_ADMIN: c_ulong = 21;
 const SYS_MOVE_MOUNT: c_long = 429;
+const SYS_MOUNT_SETATTR: c_long = 442;
+const AT_EMPTY_PATH: c_uint = 0x1000;
+const MOUNT_ATTR_RDONLY: u64 = 1;
 const AT_FDCWD: c_int = -100;
 const MOVE_MOUNT_F_EMPTY_PATH: c_uint = 4;
 const MAX_FDS: usize = 32;
@@ -129,7 +130,6 @@ extern "C" {
     fn sigaddset(set: *mut SigSet, sig: c_int) -> c_int;
     fn sigprocmask(how: c_int, set: *const SigSet, old: *mut SigSet) -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
-    fn prctl(op: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int;
     fn syscall(n: c_long, ...) -> c_long;
     fn unlink(path: *const c_char) -> c_int;
     fn __errno_location() -> *mut c_int;
@@ -252,8 +252,9 @@ struct Exec {
 
 /// Starts the exec's process. It has its own process group (as the
 /// daemon's execs do), the given stdio and working directory, default
-/// signal handling, and no CAP_SYS_ADMIN (the init dropped it from the
-/// bounding set). `Err` carries the status to report: a wait status when
+/// signal handling, and root's capabilities in the sandbox's own
+/// namespaces (a VM's root may remount its mounts, as the worker's image
+/// seal does). `Err` carries the status to report: a wait status when
 /// the program could not be run, a negative errno otherwise.
 fn spawn(fds: &[c_int], body: &[u8]) -> Result<(u64, c_int), (u64, i64)> {
     let id = u64::from_le_bytes(
@@ -349,6 +350,31 @@ fn remount(fds: &[c_int], body: &[u8]) -> i64 {
     let empty = CString::default();
     let mut result = 0;
     for (t, fd) in targets.iter().zip(fds) {
+        // A mount the guest made read-only stays so under the fresh one.
+        if read_only(t) {
+            let attr = [MOUNT_ATTR_RDONLY, 0u64, 0, 0];
+            // SAFETY: mount_setattr of a detached mount fd, with an empty
+            // NUL-terminated path and a mount_attr of its size.
+            let r = unsafe {
+                syscall(
+                    SYS_MOUNT_SETATTR,
+                    *fd,
+                    empty.as_ptr(),
+                    AT_EMPTY_PATH,
+                    attr.as_ptr(),
+                    std::mem::size_of_val(&attr),
+                )
+            };
+            if r != 0 {
+                result = -(errno() as i64);
+                eprintln!(
+                    "scr-guest-init: keeping {} read-only: {}",
+                    t.to_string_lossy(),
+                    std::io::Error::from_raw_os_error(-result as i32)
+                );
+                continue;
+            }
+        }
         // SAFETY: move_mount of a mount fd onto a NUL-terminated path.
         let r = unsafe {
             syscall(
@@ -370,6 +396,23 @@ fn remount(fds: &[c_int], body: &[u8]) -> i64 {
         }
     }
     result
+}
+
+/// Whether the topmost mount at `target` is read-only in this sandbox.
+fn read_only(target: &CString) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let target = target.to_string_lossy();
+    table
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ').skip(4);
+            Some((f.next()?, f.next()?))
+        })
+        .filter(|(at, _)| *at == target)
+        .last()
+        .is_some_and(|(_, opts)| opts.split(',').any(|o| o == "ro"))
 }
 
 /// Reaps every child that has exited; reports the execs' own processes and
@@ -416,9 +459,6 @@ fn main() {
     }
     // SAFETY: plain syscalls on this process's own state.
     let sigfd = unsafe {
-        // Guest root may not unmount or remount its rootfs; this init keeps
-        // the capability itself, for REMOUNT.
-        prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0);
         let mut set = SigSet([0; 16]);
         sigemptyset(&mut set);
         sigaddset(&mut set, SIGCHLD);

@@ -17,6 +17,7 @@ use crate::ids::Lang;
 use crate::metering::{current, OpTotals};
 use crate::prestart::Start;
 use crate::sandbox::{ExecOutput, ExecParams, ListedSandbox, SandboxError, Streamed};
+use crate::seal;
 
 /// The VM table and the daemon door, shared by every lease.
 pub(crate) struct Vms {
@@ -90,6 +91,19 @@ impl Vms {
         ids.len()
     }
 
+    /// The one way to the daemon's `exec`: behind the seal (`seal`) until
+    /// one exec came back from a sealed VM.
+    async fn exec(&self, id: &SandboxId, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        if self.table.sealed(id) {
+            return self.daemon.exec(id, p).await;
+        }
+        let out = self.daemon.exec(id, seal::sealed(p)).await;
+        if out.as_ref().is_ok_and(seal::took) {
+            self.table.seal_took(id);
+        }
+        out
+    }
+
     /// Every sandbox the daemon holds (of every owner).
     pub(crate) async fn list(&self) -> Result<Vec<ListedSandbox>, SandboxError> {
         self.daemon.list().await
@@ -134,8 +148,9 @@ impl VmLease {
         &self.id
     }
 
+    /// Every exec of the worker's, behind the seal until the VM is sealed.
     pub(crate) async fn exec(&self, p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        self.vms.daemon.exec(&self.id, p).await
+        self.vms.exec(&self.id, p).await
     }
 
     /// An exec that runs beside its operation (a one-shot's lifeline),
@@ -145,10 +160,7 @@ impl VmLease {
         p: ExecParams,
     ) -> tokio::task::JoinHandle<Result<ExecOutput, SandboxError>> {
         let (vms, id) = (self.vms.clone(), self.id.clone());
-        Daemon::detached(
-            self.meter.clone(),
-            async move { vms.daemon.exec(&id, p).await },
-        )
+        Daemon::detached(self.meter.clone(), async move { vms.exec(&id, p).await })
     }
 
     pub(crate) async fn write_file(&self, path: &str, content: &str) -> Result<(), SandboxError> {

@@ -73,6 +73,9 @@ struct Vm {
     sdk: bool,
     /// No tenant code has run in it yet: what it installs may be archived.
     pristine: bool,
+    /// An exec came back from behind the seal (`seal`): its shared mounts
+    /// are read-only, so later execs go bare.
+    sealed: bool,
     /// Interpreters waiting, each its own generation.
     waiting: Vec<Waiting>,
     /// Interpreters taken by calls still running: while one is out, no
@@ -135,6 +138,7 @@ impl VmTable {
             lang,
             state,
             sdk: false,
+            sealed: false,
             pristine: true,
             waiting: Vec::new(),
             lent: 0,
@@ -236,6 +240,7 @@ impl VmTable {
                 lang,
                 state: VmState::Warming,
                 sdk: false,
+                sealed: false,
                 pristine: true,
                 waiting: Vec::new(),
                 lent: 0,
@@ -350,6 +355,16 @@ impl VmTable {
             for w in &mut vm.waiting {
                 w.stale = true;
             }
+        }
+    }
+
+    pub(crate) fn sealed(&self, id: &SandboxId) -> bool {
+        self.lock().vms.get(id).is_some_and(|vm| vm.sealed)
+    }
+
+    pub(crate) fn seal_took(&self, id: &SandboxId) {
+        if let Some(vm) = self.lock().vms.get_mut(id) {
+            vm.sealed = true;
         }
     }
 

@@ -15,6 +15,7 @@ use sandbox_code_runner::error::WorkerError;
 use sandbox_code_runner::sandbox::{
     CreateParams, ExecOutput, ExecParams, ListedSandbox, SandboxApi, SandboxError,
 };
+use sandbox_code_runner::seal;
 use serde_json::{json, Value};
 
 type ExecFn = dyn Fn(&ExecParams) -> Result<ExecOutput, SandboxError> + Send + Sync;
@@ -54,6 +55,11 @@ pub struct FakeSandbox {
     /// VMs a stop has ended (their entries may linger until it returns).
     ended: Mutex<HashSet<String>>,
     vm_ended: tokio::sync::Notify,
+    /// VMs a sealed exec came back from (`seal`): only these may get an
+    /// exec without the seal in front.
+    sealed: Mutex<HashSet<String>>,
+    /// Execs that came with the seal in front.
+    pub sealed_execs: AtomicUsize,
 }
 
 type HeldStop = (String, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
@@ -124,6 +130,8 @@ impl FakeSandbox {
             lifeline_refused: AtomicBool::new(false),
             ended: Mutex::new(HashSet::new()),
             vm_ended: tokio::sync::Notify::new(),
+            sealed: Mutex::new(HashSet::new()),
+            sealed_execs: AtomicUsize::new(0),
         })
     }
 
@@ -178,6 +186,30 @@ impl FakeSandbox {
     /// VM, then failed as the daemon fails an exec whose VM disconnected.
     /// Counted in [`FakeSandbox::lifelines`], not in `ops` or
     /// `max_in_flight`: it runs beside the worker's calls, in no order.
+    /// What the VM does with one exec (the seal taken off).
+    async fn exec_in_vm(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        if p.argv.first().is_some_and(|a| a == "sleep") {
+            return self.lifeline(id).await;
+        }
+        self.record("exec".into());
+        self.check_live(id)?;
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        let gate = self.exec_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        // The sleep is the behaviour under test: an exec takes time, so
+        // overlapping execs would be seen by `max_in_flight`.
+        if !self.exec_time.is_zero() {
+            tokio::time::sleep(self.exec_time).await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let f = self.exec.lock().unwrap().clone();
+        f(&p)
+    }
+
     async fn lifeline(&self, id: &str) -> Result<ExecOutput, SandboxError> {
         self.lifelines.fetch_add(1, Ordering::SeqCst);
         self.check_live(id)?;
@@ -265,27 +297,30 @@ impl SandboxApi for FakeSandbox {
         Ok(id)
     }
 
-    async fn exec(&self, id: &str, p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        if p.argv.first().is_some_and(|a| a == "sleep") {
-            return self.lifeline(id).await;
+    async fn exec(&self, id: &str, mut p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        // The seal runs its command in place: the fake answers for that.
+        let behind_seal = match seal::unsealed(&p.argv) {
+            Some(command) => {
+                p.argv = command.to_vec();
+                self.sealed_execs.fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        };
+        assert!(
+            behind_seal || self.sealed.lock().unwrap().contains(id),
+            "an exec ran bare in a VM no sealed exec had come back from: {:?}",
+            p.argv.first()
+        );
+        let out = self.exec_in_vm(id, p).await;
+        if behind_seal
+            && out
+                .as_ref()
+                .is_ok_and(|o| o.exit_code.is_some_and(|c| c != seal::REFUSED))
+        {
+            self.sealed.lock().unwrap().insert(id.to_string());
         }
-        self.record("exec".into());
-        self.check_live(id)?;
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        tokio::task::yield_now().await;
-        let gate = self.exec_gate.lock().unwrap().clone();
-        if let Some(gate) = gate {
-            gate.notified().await;
-        }
-        // The sleep is the behaviour under test: an exec takes time, so
-        // overlapping execs would be seen by `max_in_flight`.
-        if !self.exec_time.is_zero() {
-            tokio::time::sleep(self.exec_time).await;
-        }
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let f = self.exec.lock().unwrap().clone();
-        f(&p)
+        out
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {

@@ -344,6 +344,9 @@ pub(crate) fn write_file(
     let dir = match parent.region {
         Region::Special => return Err(special(path)),
         Region::Image => {
+            if view.read_only(&parent.guest) {
+                return Err(io(os_err(libc::EROFS)));
+            }
             let target = parent.guest.join(&name);
             if let Some(found) = view.layer().lookup(&target) {
                 if std::fs::symlink_metadata(found.path()).is_ok_and(|m| m.is_dir()) {
@@ -514,6 +517,9 @@ pub(crate) fn make_dir(
     let dir = match parent.region {
         Region::Special => return Err(special(path)),
         Region::Image => {
+            if view.read_only(&parent.guest) {
+                return Err(io(os_err(libc::EROFS)));
+            }
             let dir = upper_dir(view.layer(), &parent.guest, parents).map_err(io)?;
             // Recreating a directory the guest deleted: drop the whiteout
             // and hide the deleted lower directory's children.

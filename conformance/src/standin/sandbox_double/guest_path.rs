@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::image_layer::ImageLayer;
 
@@ -66,12 +66,47 @@ pub(crate) enum ResolveError {
 pub(crate) struct GuestView {
     root: PathBuf,
     layer: Arc<ImageLayer>,
+    /// The sandbox's own mount table as the host reaches it (its init's
+    /// `/proc/<pid>/root`), once booted: where a mount the guest made
+    /// read-only shows.
+    live_root: Arc<OnceLock<PathBuf>>,
 }
 
 impl GuestView {
     /// `root` is the scratch directory; `layer` the image's rootfs layer.
     pub(crate) fn new(root: PathBuf, layer: Arc<ImageLayer>) -> GuestView {
-        GuestView { root, layer }
+        GuestView {
+            root,
+            layer,
+            live_root: Arc::default(),
+        }
+    }
+
+    /// The booted sandbox's mounts are reachable at `live_root`.
+    pub(crate) fn booted(&self, live_root: PathBuf) {
+        let _ = self.live_root.set(live_root);
+    }
+
+    /// Whether the mount a resolved guest path (or its nearest existing
+    /// ancestor) is on is read-only inside the sandbox, as the daemon's
+    /// in-VM file ops would find it: a guest that remounted the image's
+    /// directories read-only gets `EROFS` from `fs::write` there too.
+    pub(crate) fn read_only(&self, guest: &Path) -> bool {
+        let Some(live) = self.live_root.get() else {
+            return false;
+        };
+        let mut at = guest;
+        loop {
+            let inside = live.join(at.strip_prefix("/").unwrap_or(at));
+            match nix::sys::statvfs::statvfs(&inside) {
+                Ok(s) => return s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+                Err(nix::errno::Errno::ENOENT) => match at.parent() {
+                    Some(up) => at = up,
+                    None => return false,
+                },
+                Err(_) => return false,
+            }
+        }
     }
 
     /// The image's shared rootfs layer.

@@ -387,7 +387,15 @@ impl Isolation {
         }
         .await;
         match booted {
-            Ok((child, ours)) => GuestVm::adopt(child, ours, layer, seen, workdirs),
+            Ok((child, ours)) => {
+                let vm = GuestVm::adopt(child, ours, layer, seen, workdirs)?;
+                if let Some(pid) = vm.init_pid() {
+                    scratch
+                        .view()
+                        .booted(PathBuf::from(format!("/proc/{pid}/root")));
+                }
+                Ok(vm)
+            }
             Err(e) => {
                 workdirs.remove();
                 Err(e)

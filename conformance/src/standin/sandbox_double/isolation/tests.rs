@@ -249,3 +249,69 @@ except PermissionError:
     let _ = s.remove();
     iso.discard_state();
 }
+
+/// As in a VM, guest root may make its own view of the image read-only
+/// (the worker's seal does): every later exec, an image overlay refreshed
+/// after another sandbox wrote the image, and `fs::write` (the daemon's
+/// in-VM file ops) all find it so; the private tree stays writable.
+#[tokio::test]
+async fn a_sandbox_that_seals_its_image_view_keeps_it_sealed() {
+    let iso = Isolation::new().expect("isolation");
+    let (a, b) = (
+        iso.scratch("python", Uuid::new_v4()).expect("scratch a"),
+        iso.scratch("python", Uuid::new_v4()).expect("scratch b"),
+    );
+    let va = iso.boot(&a, false, None).await.expect("boot a");
+    let vb = iso.boot(&b, false, None).await.expect("boot b");
+    let seal = "set -e; while read -r _ _ _ _ mp opts _; do case $mp in /usr|/home|/var) \
+                mount -o \"remount,bind,ro${opts#rw}\" \"$mp\";; esac; done < /proc/self/mountinfo";
+    let o = run(&va, seal).await;
+    assert_eq!(
+        o.exit,
+        ExitKind::Code(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let tag = marker(100);
+    // Another sandbox of the image writes /usr: a's next exec gets a
+    // fresh overlay of it, which must stay read-only.
+    let o = run(
+        &vb,
+        &format!("mkdir -p /usr/share/scr && echo {tag} > /usr/share/scr/{tag}"),
+    )
+    .await;
+    assert_eq!(
+        o.exit,
+        ExitKind::Code(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let probe = format!(
+        "cat /usr/share/scr/{tag}; for d in /usr/share/scr /home /var; do touch $d/{tag}.a 2>/dev/null && echo wrote $d; done; \
+         touch /tmp/{tag} /new-{tag} && echo private ok"
+    );
+    let o = run(&va, &probe).await;
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{tag}\nprivate ok\n"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let refused =
+        super::super::fs_ops::write_file(a.view(), &format!("/home/{tag}"), "0644", false, b"x");
+    let e = refused.expect_err("fs::write into a read-only /home");
+    assert!(e.to_string().contains("Read-only file system"), "{e}");
+    assert_eq!(e.code().as_str(), "S216", "{e}");
+    assert!(super::super::fs_ops::write_file(
+        b.view(),
+        &format!("/home/{tag}"),
+        "0644",
+        false,
+        b"x"
+    )
+    .is_ok());
+    assert!(va.kill_and_wait(Duration::from_secs(5)).await);
+    assert!(vb.kill_and_wait(Duration::from_secs(5)).await);
+    let _ = a.remove();
+    let _ = b.remove();
+}

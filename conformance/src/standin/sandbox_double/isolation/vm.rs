@@ -304,6 +304,8 @@ pub(crate) struct GuestVm {
     /// hakoniwa's reaper (the namespaces' parent) and the init, by pidfd.
     outer: Option<OwnedFd>,
     init: Option<OwnedFd>,
+    /// The init's host pid (its pidfd pins it while the sandbox lives).
+    init_pid: Option<libc::pid_t>,
     /// The reaper has exited: nothing of the sandbox is left.
     finished: watch::Receiver<bool>,
 }
@@ -328,6 +330,7 @@ impl GuestVm {
     ) -> std::io::Result<GuestVm> {
         let outer_pid = child.id() as libc::pid_t;
         let outer = super::pidfd_open(outer_pid);
+        let init_pid = super::init_pid(outer_pid);
         let init = super::find_init(outer_pid);
         let events = wire.try_clone()?;
         let core = Arc::new(VmCore {
@@ -363,9 +366,15 @@ impl GuestVm {
         Ok(GuestVm {
             core,
             outer,
+            init_pid: init_pid.filter(|_| init.is_some()),
             init,
             finished: done_rx,
         })
+    }
+
+    /// The host pid of the sandbox's init, while the sandbox lives.
+    pub(crate) fn init_pid(&self) -> Option<libc::pid_t> {
+        self.init_pid
     }
 
     /// A sandbox with no process at all, already finished: for the tests of
@@ -386,6 +395,7 @@ impl GuestVm {
             }),
             outer: None,
             init: None,
+            init_pid: None,
             finished,
         }
     }
