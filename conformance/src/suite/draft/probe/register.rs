@@ -8,6 +8,42 @@ use serde_json::{json, Value};
 
 use super::{Answer, Prober, CODE_MAX};
 
+/// Whether a registration's `request_format` (seed 001's field, which seed
+/// 000 does not have) is what `engine::functions::info` shows callers.
+async fn formats(p: &mut Prober<'_>, ns: &str) {
+    let id = format!("{ns}::typed");
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let registered = p
+        .target(
+            "register_function",
+            json!({"function_id": id, "lang": "python", "source": handler_source(), "request_format": schema}),
+        )
+        .await;
+    let (value, how) = match registered {
+        a if a.refused() => (
+            "refused",
+            "a registration with request_format is invalid_request",
+        ),
+        Answer::Ok(_) => match p
+            .call("engine::functions::info", json!({"function_id": id}))
+            .await
+        {
+            Answer::Ok(info) if info.get("request_schema") == Some(&schema) => (
+                "shown",
+                "request_format registered and shown by engine::functions::info",
+            ),
+            Answer::Ok(_) => (
+                "ignored",
+                "request_format registered; engine::functions::info shows another schema",
+            ),
+            _ => return,
+        },
+        _ => return,
+    };
+    p.note("handler_formats", value, how);
+}
+
 /// The limits of docs/contract.md the probes look for.
 const NAMESPACE_MAX: usize = 64;
 const NAME_MAX: usize = 256;
@@ -73,6 +109,7 @@ pub(super) async fn registrations(p: &mut Prober<'_>) {
         ),
         _ => {}
     }
+    formats(p, &ns).await;
     bus_wide(p, &tag, &register).await;
     let _ = p.target("teardown", json!({ "namespace": ns })).await;
     limits(p, &tag, &register).await;
