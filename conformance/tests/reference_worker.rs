@@ -269,3 +269,98 @@ async fn a_profile_laying_out_a_guest_listener_it_lacks_is_diagnosed_once() {
         );
     }
 }
+
+/// The reference worker with one divergence a stranger's worker had
+/// (`extra` flags, and `wheels`: whether it may install the python SDK from
+/// wheels the host downloaded), on its committed drafted profile: the
+/// verdict of each case in `cases`. `primers` run first, one at a time (the
+/// reference pip-installs its python SDK into the shared image, and two
+/// first installs at once race).
+async fn divergent_verdicts(
+    extra: &[&str],
+    wheels: bool,
+    primers: &[&str],
+    cases: &[&str],
+) -> Vec<(String, Verdict)> {
+    let venv = python_venv().await;
+    let mut cmd = WorkerCommand::program(venv.join("bin/python"));
+    cmd.args.push("-u".into());
+    cmd.args.push(worker_script().display().to_string());
+    if wheels {
+        cmd.args.push("--wheel-dir".into());
+        cmd.args.push(
+            target_dir()
+                .join("sdk-cache/reference-wheels")
+                .display()
+                .to_string(),
+        );
+    }
+    cmd.args.extend(extra.iter().map(|a| a.to_string()));
+    if let Some(bundle) = node_bundle() {
+        cmd.args.push("--node-sdk-bundle".into());
+        cmd.args.push(bundle.display().to_string());
+    }
+    let mut options = SuiteOptions::new(
+        "reference",
+        Mode::Hermetic {
+            worker_cmd: Some(cmd),
+        },
+    );
+    options.filters = primers.iter().chain(cases).map(|c| c.to_string()).collect();
+    options.jobs = if primers.is_empty() { cases.len() } else { 1 };
+    options.progress = false;
+    let report = run(options).await.expect("the suite runs");
+    eprint!("{}", report.summary_text());
+    cases
+        .iter()
+        .map(|id| {
+            let c = report.cases.iter().find(|c| c.id == *id);
+            (id.to_string(), c.map_or(Verdict::Skip, |c| c.verdict))
+        })
+        .collect()
+}
+
+/// Issue 41's restored catches: a worker that installs the python SDK
+/// while it creates a runtime, outside the run's deadline, fails the four
+/// deadline cases whatever the image's caches hold (their sandboxes reach
+/// no package index); one that gives every guest one worker name fails
+/// guest.worker-name. And a floor up to the draft's default is tolerated:
+/// a worker that raises idle_ttl_secs to 25 s passes the idle case on its
+/// unedited drafted profile.
+#[rstest::rstest]
+#[case::install_outside_the_deadline(
+    &["--install-blocks-create"],
+    false,
+    &[],
+    &["run.timeout.default-5000", "run.timeout.max-30000", "config.default-timeout-applies", "guest.no-iii-costs-nothing"],
+    Verdict::Fail
+)]
+#[case::one_name_for_every_guest(
+    &["--one-guest-name"],
+    true,
+    &["guest.python.trigger"],
+    &["guest.worker-name"],
+    Verdict::Fail
+)]
+#[case::the_same_without_it(&[], true, &["guest.python.trigger"], &["guest.worker-name"], Verdict::Pass)]
+#[case::an_idle_ttl_floor(&["--idle-ttl-floor", "25"], true, &[], &["lifetime.idle-ttl-reaps"], Verdict::Pass)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_s_divergence_gets_its_verdict(
+    #[case] extra: &[&str],
+    #[case] wheels: bool,
+    #[case] primers: &[&str],
+    #[case] cases: &[&str],
+    #[case] want: Verdict,
+) {
+    if let Some(why) = code_runner_conformance::standin::sandbox_double::network::unmodelled() {
+        if extra == ["--install-blocks-create"] {
+            // The package route cannot be cut without a sandbox network.
+            eprintln!("skipped: {why}");
+            return;
+        }
+    }
+    let got = divergent_verdicts(extra, wheels, primers, cases).await;
+    for (id, verdict) in &got {
+        assert_eq!(*verdict, want, "{id} with {extra:?}: {got:?}");
+    }
+}

@@ -9,7 +9,9 @@ mod common;
 
 use code_runner_conformance::standin::engine::StandInEngine;
 use code_runner_conformance::standin::sandbox_double::network::GATEWAY;
-use code_runner_conformance::standin::sandbox_double::{SandboxDouble, SandboxLimits};
+use code_runner_conformance::standin::sandbox_double::{
+    PackageRoute, SandboxDouble, SandboxLimits,
+};
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::IIIClient;
 use serde_json::{json, Value};
@@ -147,6 +149,69 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
     assert_eq!(a1, a2, "execs of one sandbox share its network");
     assert_ne!(a1, b, "two sandboxes share a network");
     assert_ne!(a1, host, "a sandbox uses the host's network");
+    c.shutdown_async().await;
+    double.shutdown().await;
+    engine.shutdown().await;
+}
+
+/// `package_route: unreachable`: the gateway (where the engine is) still
+/// answers at once; a connection anywhere else fails only after a wait, as
+/// behind a firewall that drops it, so a worker that fetches packages
+/// while a caller waits shows it in the caller's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_package_route_keeps_the_gateway_and_drops_the_rest() {
+    if let Some(why) = code_runner_conformance::standin::sandbox_double::network::unmodelled() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let engine = StandInEngine::start(0).await.expect("engine");
+    let limits = SandboxLimits {
+        package_route: PackageRoute::Unreachable,
+        ..SandboxLimits::default()
+    };
+    let double = SandboxDouble::start(&engine.url(), limits)
+        .await
+        .expect("double");
+    let c = common::client(&engine.url(), "network-test").await;
+    let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let p1 = on_one.local_addr().unwrap().port();
+    let id = call(
+        &c,
+        "sandbox::create",
+        json!({"image": "python", "network": true}),
+    )
+    .await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // 192.0.2.1 (TEST-NET-1) stands for any address beyond the gateway.
+    let code = format!(
+        "import socket, time\n\
+         socket.create_connection(('{GATEWAY}', {p1}), 3).close()\n\
+         print('gateway open')\n\
+         t = time.monotonic()\n\
+         try:\n    socket.create_connection(('192.0.2.1', 443), 20).close()\n    print('beyond open')\n\
+         except OSError:\n    print('beyond failed after', 'a wait' if time.monotonic() - t >= 1 else 'no wait')"
+    );
+    let out = call(
+        &c,
+        "sandbox::exec",
+        json!({"sandbox_id": id, "argv": ["python3", "-c", code]}),
+    )
+    .await;
+    assert_eq!(
+        out["stdout"], "gateway open\nbeyond failed after a wait\n",
+        "{out}"
+    );
+    // The default route leads to 10.0.2.99, not slirp's 10.0.2.2.
+    let out = call(
+        &c,
+        "sandbox::exec",
+        json!({"sandbox_id": id, "argv": ["sh", "-c", "grep -c '^tap0\t00000000\t6302000A' /proc/net/route; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"]}),
+    )
+    .await;
+    assert_eq!(out["stdout"], "1\n0\n", "{out}");
+    call(&c, "sandbox::stop", json!({"sandbox_id": id})).await;
     c.shutdown_async().await;
     double.shutdown().await;
     engine.shutdown().await;

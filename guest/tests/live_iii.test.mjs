@@ -21,7 +21,11 @@ function pySdk() {
     const r = runSync('python', WRAPPERS.pyInstall, '', { env: { SCR_PY_SDK_DIR: dir }, timeout: 180_000 });
     if (r.code !== 0) return null;
   }
-  return dir;
+  // The wrapper reads it as the guest user it drops to, who may not reach
+  // into the checkout (a clone under a 0700 home): a copy in a temp dir.
+  const copy = path.join(tempDir('scr-guest-py-'), 'iii-py');
+  fs.cpSync(dir, copy, { recursive: true });
+  return copy;
 }
 const pyDir = pySdk();
 

@@ -165,6 +165,11 @@ pub(crate) struct EnvSpec {
     /// The case needs an engine with no configuration worker (never a real one).
     #[serde(default)]
     pub(crate) without_configuration_worker: bool,
+    /// The environment only sharpens the case (a network condition, say):
+    /// where no private environment can be made (a live engine), the case
+    /// runs in the shared one instead of skipping.
+    #[serde(default)]
+    pub(crate) sharpens_only: bool,
 }
 
 fn yes() -> bool {
@@ -178,6 +183,9 @@ pub(crate) struct LimitsSpec {
     pub(crate) max_concurrent_sandboxes: Option<usize>,
     pub(crate) reaper_interval_ms: Option<u64>,
     pub(crate) default_idle_timeout_secs: Option<u64>,
+    /// `unreachable`: guests reach the gateway and nothing else (the
+    /// double's `PackageRoute`).
+    pub(crate) package_route: Option<crate::standin::sandbox_double::PackageRoute>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]

@@ -12,8 +12,9 @@
 //! function from its catalog entry). What cannot be seen falls back to seed 000's
 //! answer, and where seed 000 is silent to docs/contract.md's
 //! (`defaults`), each marked as such. Only values no document settles are
-//! written commented out, and the worker-specific floors
-//! ([`target::FLOORS`]), a choice whose absence means "no floor".
+//! written commented out. The worker-specific floors ([`target::FLOORS`])
+//! are stated at a generous default, since the wait they add is only an
+//! upper bound.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -274,9 +275,9 @@ pub(crate) fn render(
         "#   seed 000 leaves one open and nothing can be seen from outside;",
         "# - commented-out values are ones no document settles: state yours to",
         "#   run the `profile`-level cases that need them;",
-        "# - commented-out floors are a choice: state one only if your worker",
-        "#   raises a small configured value to it (the cases that configure",
-        "#   less then wait for the floor); none stated means no floor.",
+        "# - `suite floor default` values are the most a case that configures",
+        "#   less waits for a floor your worker may raise it to: state 0 if it",
+        "#   has none (failing runs end sooner), or yours if it is larger;",
         "# A profile value refines what a `recommended` case checks; it never",
         "# turns one off.",
     ] {
@@ -336,14 +337,13 @@ pub(crate) fn render(
             );
         }
     }
-    let _ = writeln!(
-        y,
-        "  # ---- worker-specific floors: state yours only if your worker has one ----"
-    );
-    for (f, what, example) in target::FLOORS {
+    for (f, what, value) in target::FLOORS {
         let _ = writeln!(
             y,
-            "  # {f}:  # {what}\n  #   value: {example}\n  #   source: \"your worker's documentation\""
+            "  {f}:\n    value: {value}\n    source: {}",
+            quote(&format!(
+                "suite floor default (not observable from outside): {what}; cases that configure less wait up to this much longer, a worker without a floor passes as soon as it reaps"
+            ))
         );
     }
     let _ = writeln!(

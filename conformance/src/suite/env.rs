@@ -375,6 +375,9 @@ impl Env {
             if let Some(v) = l.default_idle_timeout_secs {
                 limits.default_idle_timeout_secs = v;
             }
+            if let Some(v) = l.package_route {
+                limits.package_route = v;
+            }
         }
         let config_dir = (spec.configuration_worker && engine_process.is_none()).then(|| {
             std::env::temp_dir().join(format!(

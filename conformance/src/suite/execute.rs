@@ -108,6 +108,11 @@ pub(super) async fn run_case(ctx: &Context<'_>, case: &Case) -> JobResult {
     }
     let private = match &case.environment {
         None => None,
+        Some(spec)
+            if spec.sharpens_only && (ctx.private_ok.is_err() || ctx.worker_cmd.is_none()) =>
+        {
+            None
+        }
         Some(spec) => {
             if let Err(why) = &ctx.private_ok {
                 result.skipped = Some(why.clone());

@@ -104,11 +104,13 @@ pub const REFINES_ONLY: &[&str] = &[
     "function_name_max_bytes",
 ];
 
-/// Worker-specific floors: `(feature, what it floors, an example value)`.
+/// Worker-specific floors: `(feature, what it floors, the draft's value)`.
 /// A worker raises a configured value below its floor to the floor; a case
 /// that configures a smaller one waits longer by it (`stretch`). A profile
-/// that states none has none. The draft writes each commented out, for the
-/// author to state theirs.
+/// that states none has none. A floor cannot be seen from outside, so the
+/// draft states the value here, a generous one: a worker without a floor
+/// still passes as soon as it reaps (the wait is only an upper bound), and
+/// one with a floor up to it passes unedited.
 pub const FLOORS: &[(&str, &str, &str)] = &[(
     "idle_ttl_floor_secs",
     "the smallest idle_ttl_secs the worker passes to sandbox::create; a smaller configured one is raised to it",

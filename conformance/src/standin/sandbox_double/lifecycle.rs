@@ -89,7 +89,8 @@ pub(crate) async fn handle_create(
     let mut env = req.env.into_kv_vec()?;
     // A network:true guest gets a network of its own (see `network`).
     let net = if req.network == Some(true) {
-        tokio::task::spawn_blocking(GuestNet::open)
+        let route = d.limits.package_route;
+        tokio::task::spawn_blocking(move || GuestNet::open(route))
             .await
             .map_err(|e| DaemonError::BootFailed(format!("network: {e}")))?
             .map_err(|e| DaemonError::BootFailed(format!("network: {e}")))?

@@ -23,6 +23,26 @@ pub struct SandboxLimits {
     /// Grace between SIGTERM and SIGKILL on stop; the daemon's is a fixed
     /// 200 ms and every stop pays it, so latency figures stay honest.
     pub stop_grace_ms: u64,
+    /// What a `network:true` guest's traffic beyond the gateway meets: the
+    /// host's network, or nothing (a package index out of reach).
+    pub package_route: PackageRoute,
+}
+
+/// The route a `network:true` guest has past the gateway (the host's
+/// 127.0.0.1, where the engine is), set per case: the daemon's VMs reach
+/// whatever the host reaches, and a host without a route to PyPI or npm is
+/// common (an air-gapped CI, a proxy the VM does not know).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackageRoute {
+    /// Out through the host, as the daemon's VMs go.
+    #[default]
+    Open,
+    /// Nowhere: every packet but the gateway's is sent towards a next hop
+    /// that never answers, so a name lookup or a connection to a package
+    /// index fails only after its timeouts (about 3 s each), as behind a
+    /// firewall that drops it. Needs slirp4netns (`network::unmodelled`).
+    Unreachable,
 }
 
 impl Default for SandboxLimits {
@@ -35,6 +55,7 @@ impl Default for SandboxLimits {
             reaper_interval_ms: 10_000,
             boot_delay_ms: 0,
             stop_grace_ms: 200,
+            package_route: PackageRoute::Open,
         }
     }
 }
@@ -76,6 +97,7 @@ impl SandboxArgs {
             reaper_interval_ms: self.reaper_interval_ms,
             boot_delay_ms: self.boot_delay_ms,
             stop_grace_ms: self.stop_grace_ms,
+            package_route: PackageRoute::Open,
         }
     }
 }
@@ -126,6 +148,7 @@ mod tests {
                 reaper_interval_ms: 200,
                 boot_delay_ms: 50,
                 stop_grace_ms: 10,
+                package_route: PackageRoute::Open,
             }
         );
     }

@@ -45,7 +45,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub use limits::{SandboxArgs, SandboxLimits};
+pub use limits::{PackageRoute, SandboxArgs, SandboxLimits};
 
 use call_log::{CallLog, Noted};
 use daemon::Daemon;

@@ -24,6 +24,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
+use super::limits::PackageRoute;
+
 /// The address guests reach the host's 127.0.0.1 at (slirp4netns' gateway).
 pub const GATEWAY: &str = "10.0.2.2";
 
@@ -108,6 +110,60 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// A next hop on slirp's network that nobody answers for.
+const NOWHERE: [u8; 4] = [10, 0, 2, 99];
+
+/// Points the namespace's default route at [`NOWHERE`]: the gateway and
+/// DNS addresses (on-link, 10.0.2.0/24) still answer; everything else waits
+/// for a neighbour that never replies, then fails.
+fn nowhere_but_the_gateway(ns: &OwnedFd) -> std::io::Result<()> {
+    let ns = ns.as_raw_fd();
+    std::thread::spawn(move || -> std::io::Result<()> {
+        let sockaddr = |ip: [u8; 4]| {
+            // SAFETY: an all-zero sockaddr_in is valid.
+            let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+            a.sin_family = libc::AF_INET as libc::sa_family_t;
+            a.sin_addr.s_addr = u32::from_ne_bytes(ip);
+            // SAFETY: sockaddr_in and sockaddr have the same size on Linux.
+            unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(a) }
+        };
+        let route = |gateway: [u8; 4], dev: &std::ffi::CStr| {
+            // SAFETY: an all-zero rtentry is valid; pointers set below.
+            let mut r: libc::rtentry = unsafe { std::mem::zeroed() };
+            r.rt_dst = sockaddr([0; 4]);
+            r.rt_genmask = sockaddr([0; 4]);
+            r.rt_gateway = sockaddr(gateway);
+            r.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+            r.rt_dev = dev.as_ptr() as *mut libc::c_char;
+            r
+        };
+        // SAFETY: plain syscalls on this thread's own namespace and a
+        // socket it owns; the rtentry and its device name outlive them.
+        unsafe {
+            if libc::setns(ns, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if sock < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let sock = OwnedFd::from_raw_fd(sock);
+            let dev = c"tap0";
+            let old = route([10, 0, 2, 2], dev);
+            if libc::ioctl(sock.as_raw_fd(), libc::SIOCDELRT, &old) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let new = route(NOWHERE, dev);
+            if libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &new) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the route thread panicked"))?
+}
+
 /// A fresh network namespace with `lo` up, held by an fd.
 fn new_namespace() -> std::io::Result<OwnedFd> {
     // unshare(2) moves the calling thread only; a throwaway thread keeps
@@ -128,7 +184,7 @@ fn new_namespace() -> std::io::Result<OwnedFd> {
 impl GuestNet {
     /// A sandbox network, or `Ok(None)` when the host has no slirp4netns.
     /// Blocking: call it off the async runtime.
-    pub(crate) fn open() -> Result<Option<GuestNet>, NetError> {
+    pub(crate) fn open(route: PackageRoute) -> Result<Option<GuestNet>, NetError> {
         let Some(slirp) = slirp_binary() else {
             return Ok(None);
         };
@@ -177,11 +233,15 @@ impl GuestNet {
                 return Err(NetError::NotReady(format!("{other:?}, exit {status:?}")));
             }
         }
-        Ok(Some(GuestNet {
+        let net = GuestNet {
             ns,
             child,
             exit_w: Some(exit_w),
-        }))
+        };
+        if route == PackageRoute::Unreachable {
+            nowhere_but_the_gateway(&net.ns).map_err(NetError::Namespace)?;
+        }
+        Ok(Some(net))
     }
 
     /// The namespace fd, for `setns` before a spawn.
