@@ -121,7 +121,7 @@ impl Default for Config {
             sessions: false,
             guest_max_subscriptions: 8,
             guest_max_registrations: 64,
-            daemon_max_sandboxes: 32,
+            daemon_max_sandboxes: crate::daemon_limits::DAEMON.max_sandboxes.value,
             guest_max_share: 0.5,
         }
     }

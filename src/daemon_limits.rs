@@ -22,15 +22,19 @@ pub(crate) struct DaemonLimits {
     pub(crate) max_exec_timeout_ms: Limit<u64>,
     /// Execs in flight at once in one sandbox; the next is refused (S003).
     pub(crate) max_execs_per_sandbox: Limit<usize>,
+    /// Live sandboxes at once; the next create is refused (S400). The
+    /// default of the worker's `daemon_max_sandboxes` setting.
+    pub(crate) max_sandboxes: Limit<usize>,
 }
 
 impl DaemonLimits {
     /// Each limit's name and where it came from, for the boot log.
-    pub(crate) fn sources(&self) -> [(&'static str, &'static str); 3] {
+    pub(crate) fn sources(&self) -> [(&'static str, &'static str); 4] {
         [
             ("stream_cap_bytes", self.stream_cap_bytes.source),
             ("max_exec_timeout_ms", self.max_exec_timeout_ms.source),
             ("max_execs_per_sandbox", self.max_execs_per_sandbox.source),
+            ("max_sandboxes", self.max_sandboxes.source),
         ]
     }
 }
@@ -48,6 +52,10 @@ pub(crate) const DAEMON: DaemonLimits = DaemonLimits {
     max_execs_per_sandbox: Limit {
         value: 4,
         source: "max_concurrent_exec_per_sandbox (default 4)",
+    },
+    max_sandboxes: Limit {
+        value: 32,
+        source: "max_concurrent_sandboxes (default 32)",
     },
 };
 

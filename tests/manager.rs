@@ -1316,3 +1316,107 @@ async fn a_callers_burst_delays_another_callers_call_by_one_round() {
         "the single call waited {at} calls of the burst (2 slots): {order:?}"
     );
 }
+
+/// A teardown that lands while a registration's check exec runs: the
+/// registration must not publish into the forgotten runtime. Afterwards the
+/// id is either served (a call answers) or free (registering it works);
+/// never on the bus with no runtime behind it, nor refused for good.
+#[tokio::test]
+async fn a_teardown_during_a_registrations_check_leaves_no_orphan_function() {
+    let w = world();
+    register_double(&w).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.exec_gate.lock().unwrap() = Some(gate.clone());
+    let manager = w.manager.clone();
+    let registering = tokio::spawn(async move {
+        functions::register::handle(
+            &manager,
+            &Caller::Trusted,
+            json!({"function_id": "a::g", "lang": "python", "source": DOUBLE}),
+        )
+        .await
+    });
+    assert!(eventually(|| w.sandbox.execs_in_flight() == 1).await);
+    teardown(&w, json!({"namespace": "a"}))
+        .await
+        .expect("teardown");
+    *w.sandbox.exec_gate.lock().unwrap() = None;
+    gate.notify_waiters();
+    let registered = registering.await.expect("the registration ends");
+    if registered.is_ok() && w.bus.ids().contains(&"a::g".to_string()) {
+        let out = w.bus.call_published("a::g", json!({"n": 2})).await;
+        assert!(
+            out.is_ok(),
+            "a::g is on the bus, so a runtime serves it: {:?}",
+            out.map_err(|e| e.code())
+        );
+    } else {
+        assert!(!w.bus.ids().contains(&"a::g".to_string()), "{registered:?}");
+        register(
+            &w,
+            json!({"function_id": "a::g", "lang": "python", "source": DOUBLE}),
+        )
+        .await
+        .expect("a::g is free again");
+    }
+}
+
+/// A caller that gives up while `sandbox::create` is in flight leaves no
+/// VM: the create is owned from the moment it is sent, and the VM the
+/// daemon boots for nobody is stopped once it answers.
+#[tokio::test]
+async fn a_caller_that_gives_up_during_a_create_leaves_no_vm() {
+    let w = world();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.create_gate.lock().unwrap() = Some(gate.clone());
+    let manager = w.manager.clone();
+    let run = tokio::spawn(async move {
+        functions::run::handle(
+            &manager,
+            &Caller::Trusted,
+            json!({"lang": "python", "code": "x"}),
+        )
+        .await
+    });
+    assert!(eventually(|| w.sandbox.creates_waiting.load(Ordering::SeqCst) == 1).await);
+    run.abort();
+    assert!(run.await.is_err(), "the caller gave up");
+    *w.sandbox.create_gate.lock().unwrap() = None;
+    gate.notify_one();
+    assert!(
+        eventually(|| w.sandbox.ops().iter().any(|o| o == "stop") && w.sandbox.live() == 0).await,
+        "the VM booted for nobody was stopped: {:?}",
+        w.sandbox.ops()
+    );
+}
+
+/// A shutdown while an operation's create is in flight counts it: the VM
+/// the daemon may be booting is left for the next boot's sweep, and the
+/// report says so instead of claiming a clean exit.
+#[tokio::test]
+async fn a_shutdown_during_a_create_reports_it() {
+    let w = world();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    *w.sandbox.create_gate.lock().unwrap() = Some(gate.clone());
+    let manager = w.manager.clone();
+    let run = tokio::spawn(async move {
+        functions::run::handle(
+            &manager,
+            &Caller::Trusted,
+            json!({"lang": "python", "code": "x"}),
+        )
+        .await
+    });
+    assert!(eventually(|| w.sandbox.creates_waiting.load(Ordering::SeqCst) == 1).await);
+    let report = w.manager.shutdown_within(Duration::from_millis(300)).await;
+    assert_eq!(report.left, 1, "{report:?}");
+    assert!(!report.is_clean());
+    *w.sandbox.create_gate.lock().unwrap() = None;
+    gate.notify_one();
+    let _ = run.await;
+    assert!(
+        eventually(|| w.sandbox.live() == 0).await,
+        "{:?}",
+        w.sandbox.ops()
+    );
+}

@@ -362,8 +362,8 @@ async fn the_middleware_serves_its_handlers_and_forwards_other_calls_unchanged()
 }
 
 /// A tenant's calls waiting on this worker's handlers are bounded: each
-/// runtime serves one call at a time, so a flood would stall the owner's
-/// own calls behind it.
+/// runtime serves `handler_concurrency` calls at once, so a flood would
+/// stall the owner's own calls behind it.
 #[tokio::test]
 async fn a_guests_calls_waiting_on_handlers_are_bounded_per_tenant() {
     let w = world(1, 4);

@@ -201,10 +201,43 @@ async fn seed_000_mode_with_its_drafted_profile_fails_exactly_its_listed_cases()
         "golden/targets/reference.yaml is not the profile drafted for the reference worker: \
          write this draft there, unedited:\n{text}"
     );
+    // The self-check of issue 41: a seed-faithful worker (one exec at a
+    // time, no formats, no sessions, no `result`, self-calls stall), so
+    // the cases that assert this project's choices must not fail it.
+    let value = |f: &str| drafted.profile.get(f).map(|v| v.value.clone());
+    for (feature, seed) in [
+        ("handler_concurrency", serde_json::json!(1)),
+        ("handler_formats", serde_json::json!("ignored")),
+        ("sessions", serde_json::json!(false)),
+        ("run_result_field", serde_json::json!(false)),
+        ("self_call_stalls", serde_json::json!(true)),
+    ] {
+        assert_eq!(
+            value(feature),
+            Some(seed),
+            "the reference worker is seed-faithful in {feature}"
+        );
+    }
     let golden = golden_with_target("reference", &text);
     let report = run_against_reference("reference", cmd, Some(golden.clone()), 4).await;
     assert_only_listed_failures(&report);
     assert_every_listed_case_fails(&report, &real.expectations("reference"));
+    for id in [
+        "register.parallel-calls",
+        "register.parallel-calls-fair",
+        "register.formats-shown",
+        "register.self-call-answers",
+        "run.node.either-form",
+        "run.session.opt-in",
+        "config.sessions-setting",
+    ] {
+        let case = report.cases.iter().find(|c| c.id == id);
+        assert!(
+            case.is_some_and(|c| matches!(c.verdict, Verdict::Pass | Verdict::Skip)),
+            "{id} asserts this project's choice: it must not fail a seed-faithful worker: {:?}",
+            case.map(|c| (c.verdict, &c.message, &c.reason))
+        );
+    }
     let _ = std::fs::remove_dir_all(golden);
 }
 

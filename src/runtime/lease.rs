@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use super::daemon::Daemon;
 use super::vms::{SandboxId, VmState, VmTable, Waiting};
+use crate::bus::BusError;
 use crate::error::redact_uuids;
 use crate::ids::Lang;
-use crate::metering::{current, OpTotals};
+use crate::metering::{charged, current, OpTotals};
 use crate::prestart::Start;
 use crate::sandbox::{ExecOutput, ExecParams, ListedSandbox, SandboxError, Streamed};
 use crate::seal;
@@ -47,11 +48,40 @@ impl Vms {
         }
     }
 
-    /// A fresh VM for one operation.
+    /// A fresh VM for one operation. The create is owned from the moment
+    /// it is sent, not from its answer: it runs on its own task, counted as
+    /// under way (shutdown waits for it and reports it), and a caller that
+    /// gave up meanwhile leaves a lease nobody takes, whose drop stops the
+    /// VM.
     pub(crate) async fn create(self: &Arc<Self>, lang: Lang) -> Result<VmLease, SandboxError> {
-        let id = self.daemon.create(lang).await?;
-        self.table.insert(&id, lang, VmState::Leased);
-        Ok(self.lease(id, lang))
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = self.clone();
+        let meter = current();
+        self.table.create_started();
+        tokio::spawn(async move {
+            let create = me.daemon.create(lang);
+            let out = match meter.clone() {
+                Some(to) => charged(to, create).await,
+                None => create.await,
+            };
+            me.table
+                .create_ended(out.as_ref().ok().map(|id| (id, lang)));
+            let out = out.map(|id| VmLease {
+                vms: me.clone(),
+                id,
+                lang,
+                meter,
+                settled: AtomicBool::new(false),
+            });
+            // Nobody took it: dropping the lease stops the VM.
+            drop(tx.send(out));
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(SandboxError::Bus(BusError::new(
+                "create_lost",
+                "the sandbox::create task ended without an answer",
+            )))
+        })
     }
 
     /// A fresh VM for the warm pool (reserved with `VmTable::reserve`).

@@ -297,12 +297,20 @@ async fn install_handler(
             }))
         }
     }
-    // Publish, then record: the handler looks itself up by id.
+    // Record and publish in one move under the records lock, only into a
+    // runtime no teardown, expiry or lineage end has forgotten meanwhile
+    // (`teardown::forget` marks it under the same lock).
     let id = fid.as_str().to_string();
-    lock(&rt.functions).insert(id.clone(), path);
-    lock(&m.records).serve(&id, rt);
     let (spec, handler) = edge(m.me.clone(), &id, rt.lang(), shown);
-    m.bus.publish(spec, handler);
+    {
+        let mut records = lock(&m.records);
+        if rt.forgotten.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(InstallError::Gone);
+        }
+        lock(&rt.functions).insert(id.clone(), path);
+        records.serve(&id, rt);
+        m.bus.publish(spec, handler);
+    }
     tracing::info!(function_id = fid.as_str(), lang = %rt.lang(), "published a handler");
     inventory::lifecycle(m, EventKind::FunctionRegistered, rt, Some(fid.as_str()));
     Ok(())

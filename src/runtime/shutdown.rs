@@ -1,7 +1,8 @@
 //! A bounded shutdown: it walks the VM table, and every VM in it gets one
 //! stop attempt, all within one total budget, whatever state the bus is in.
-//! VMs still booting for the warm pool are waited for within the same
-//! budget; what could not be stopped (or was still booting at the end) is
+//! VMs still booting, for the warm pool or for an operation's create, are
+//! waited for within the same budget; what could not be stopped (or was
+//! still booting at the end) is
 //! counted and logged as left for the next boot's orphan sweep (same owner,
 //! another instance: see `VmNaming::is_orphan`), and the exit status says
 //! so. Charged to `shutdown`, like any operation.
@@ -63,9 +64,15 @@ async fn walk(m: &Manager, budget: Duration) -> ShutdownReport {
     // records' just released, and any a teardown is still stopping.
     let first = table.ids();
     let mut stopped = stop_all_until(m, &first, deadline).await;
-    // VMs still warming join the table (pooled) as they arrive; each gets
-    // its attempt here. One that failed its attempt above is not retried.
-    let _ = tokio::time::timeout_at(deadline, table.pool_settled(budget)).await;
+    // VMs still warming join the table (pooled) as they arrive, and an
+    // operation's create in flight joins it leased (its lease stops it once
+    // its caller is gone); each gets its attempt here. One that failed its
+    // attempt above is not retried.
+    let _ = tokio::time::timeout_at(deadline, async {
+        table.pool_settled(budget).await;
+        table.creates_settled(budget).await;
+    })
+    .await;
     let tried: HashSet<SandboxId> = first.into_iter().collect();
     let late: Vec<SandboxId> = table
         .ids()
@@ -75,7 +82,7 @@ async fn walk(m: &Manager, budget: Duration) -> ShutdownReport {
     stopped += stop_all_until(m, &late, deadline).await;
     let report = ShutdownReport {
         stopped,
-        left: table.ids().len() + table.booting_total(),
+        left: table.ids().len() + table.creates_in_flight(),
     };
     if report.left > 0 {
         tracing::warn!(

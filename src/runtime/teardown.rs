@@ -27,12 +27,20 @@ pub(super) fn expire(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
 /// Drops `rt`'s record: its functions are unpublished, its guests' token
 /// revoked, its budget slot returned. Its VM is its lease's business.
 pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
-    if rt.forgotten.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        return Vec::new();
-    }
+    // One move under the records lock: marked, its functions taken off the
+    // records and the bus. A publish checks the mark under the same lock
+    // (`publish::publish`), so none lands in a forgotten runtime.
     let fns: Vec<String> = {
+        let mut records = lock(&m.records);
+        if rt.forgotten.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Vec::new();
+        }
         let mut f: Vec<String> = lock(&rt.functions).drain().map(|(k, _)| k).collect();
         f.sort();
+        records.release(rt, &f);
+        for id in &f {
+            m.bus.unpublish(id);
+        }
         f
     };
     // Its guests can no longer connect, and its owner's budget gets the
@@ -41,10 +49,6 @@ pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
     drop(lock(&rt.permit).take());
     if let Some(ns) = &rt.namespace {
         m.tokens.release(ns.as_str());
-    }
-    lock(&m.records).release(rt, &fns);
-    for f in &fns {
-        m.bus.unpublish(f);
     }
     // A trusted caller's runtime was its lineage's root.
     let root = lock(&rt.root).take();

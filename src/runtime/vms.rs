@@ -86,12 +86,31 @@ struct Vm {
     starting: usize,
 }
 
+impl Vm {
+    /// A VM the daemon just created: nothing in it yet.
+    fn new(lang: Lang, state: VmState) -> Vm {
+        Vm {
+            lang,
+            state,
+            sdk: false,
+            sealed: false,
+            pristine: true,
+            waiting: Vec::new(),
+            lent: 0,
+            starting: 0,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Table {
     vms: HashMap<SandboxId, Vm>,
     /// Creates under way for the pool: VMs the daemon may be booting that
     /// have no id yet.
     booting: HashMap<Lang, usize>,
+    /// Creates under way for one operation, with no id yet (`Vms::create`
+    /// owns each until the daemon answers, caller or no caller).
+    creating: usize,
     pool_size: usize,
     closed: bool,
     arrivals: u64,
@@ -132,19 +151,12 @@ impl VmTable {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A VM the daemon just created, in `state` (leased or warming).
+    /// A VM in `state`, as if the daemon had just created it (the table's
+    /// own tests; the worker's creates go through `create_ended` and
+    /// `booted`).
+    #[cfg(test)]
     pub(crate) fn insert(&self, id: &SandboxId, lang: Lang, state: VmState) {
-        let vm = Vm {
-            lang,
-            state,
-            sdk: false,
-            sealed: false,
-            pristine: true,
-            waiting: Vec::new(),
-            lent: 0,
-            starting: 0,
-        };
-        self.lock().vms.insert(id.clone(), vm);
+        self.lock().vms.insert(id.clone(), Vm::new(lang, state));
     }
 
     /// Moves a VM this worker knows to `state`; `false` when it is not in
@@ -228,25 +240,29 @@ impl VmTable {
         missing
     }
 
+    /// A create for one operation is under way.
+    pub(crate) fn create_started(&self) {
+        self.lock().creating += 1;
+    }
+
+    /// That create answered: with `id`, now leased, or with an error.
+    pub(crate) fn create_ended(&self, id: Option<(&SandboxId, Lang)>) {
+        let mut t = self.lock();
+        t.creating = t.creating.saturating_sub(1);
+        if let Some((id, lang)) = id {
+            t.vms.insert(id.clone(), Vm::new(lang, VmState::Leased));
+        }
+        drop(t);
+        self.changed.notify_waiters();
+    }
+
     /// A reserved create answered with `id`: it warms from here on.
     pub(crate) fn booted(&self, id: &SandboxId, lang: Lang) {
         let mut t = self.lock();
         if let Some(n) = t.booting.get_mut(&lang) {
             *n = n.saturating_sub(1);
         }
-        t.vms.insert(
-            id.clone(),
-            Vm {
-                lang,
-                state: VmState::Warming,
-                sdk: false,
-                sealed: false,
-                pristine: true,
-                waiting: Vec::new(),
-                lent: 0,
-                starting: 0,
-            },
-        );
+        t.vms.insert(id.clone(), Vm::new(lang, VmState::Warming));
     }
 
     /// A reserved create failed: nothing is booting for it any more.
@@ -332,9 +348,17 @@ impl VmTable {
         t.warming(Lang::Node) + t.warming(Lang::Python)
     }
 
-    /// Creates under way for the pool that have no id yet.
-    pub(crate) fn booting_total(&self) -> usize {
-        self.lock().booting.values().sum()
+    /// Creates under way, for the pool or an operation, that have no id
+    /// yet: VMs the daemon may be booting for this worker.
+    pub(crate) fn creates_in_flight(&self) -> usize {
+        let t = self.lock();
+        t.booting.values().sum::<usize>() + t.creating
+    }
+
+    /// Waits, up to `patience`, until no create of an operation is under
+    /// way (each then has an entry, or failed).
+    pub(crate) async fn creates_settled(&self, patience: Duration) {
+        crate::notified::until(&self.changed, patience, || self.lock().creating == 0).await;
     }
 
     /// Waits, up to `patience`, until nothing warms for the pool.

@@ -60,6 +60,9 @@ pub struct FakeSandbox {
     sealed: Mutex<HashSet<String>>,
     /// Execs that came with the seal in front.
     pub sealed_execs: AtomicUsize,
+    /// Itself, so a create runs on as the daemon's would when its caller
+    /// stops waiting (a request sent on the bus is served).
+    me: std::sync::Weak<FakeSandbox>,
 }
 
 type HeldStop = (String, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>);
@@ -103,7 +106,8 @@ impl FakeSandbox {
     }
 
     fn build(exec_time: Duration, logging: bool) -> Arc<FakeSandbox> {
-        Arc::new(FakeSandbox {
+        Arc::new_cyclic(|me| FakeSandbox {
+            me: me.clone(),
             log: Mutex::new(Vec::new()),
             live: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(1),
@@ -210,6 +214,32 @@ impl FakeSandbox {
         f(&p)
     }
 
+    /// What the daemon does with a create, whoever still waits for it.
+    async fn create_in_daemon(&self, p: CreateParams) -> Result<String, SandboxError> {
+        self.record(format!("create {}", p.image));
+        let gate = self.create_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            self.creates_waiting.fetch_add(1, Ordering::SeqCst);
+            gate.notified().await;
+            self.creates_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        if let Some(e) = self.create_error.lock().unwrap().clone() {
+            return Err(e);
+        }
+        if let Some(cap) = *self.capacity.lock().unwrap() {
+            if self.live() >= cap {
+                return Err(daemon(
+                    "S400",
+                    &format!("resource limit exceeded: max_concurrent_sandboxes ({cap}) reached"),
+                ));
+            }
+        }
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let id = format!("00000000-0000-4000-8000-{n:012}");
+        self.live.lock().unwrap().insert(id.clone(), Some(p.name));
+        Ok(id)
+    }
+
     async fn lifeline(&self, id: &str) -> Result<ExecOutput, SandboxError> {
         self.lifelines.fetch_add(1, Ordering::SeqCst);
         self.check_live(id)?;
@@ -273,28 +303,10 @@ pub fn daemon(code: &str, message: &str) -> SandboxError {
 #[async_trait::async_trait]
 impl SandboxApi for FakeSandbox {
     async fn create(&self, p: CreateParams) -> Result<String, SandboxError> {
-        self.record(format!("create {}", p.image));
-        let gate = self.create_gate.lock().unwrap().clone();
-        if let Some(gate) = gate {
-            self.creates_waiting.fetch_add(1, Ordering::SeqCst);
-            gate.notified().await;
-            self.creates_waiting.fetch_sub(1, Ordering::SeqCst);
-        }
-        if let Some(e) = self.create_error.lock().unwrap().clone() {
-            return Err(e);
-        }
-        if let Some(cap) = *self.capacity.lock().unwrap() {
-            if self.live() >= cap {
-                return Err(daemon(
-                    "S400",
-                    &format!("resource limit exceeded: max_concurrent_sandboxes ({cap}) reached"),
-                ));
-            }
-        }
-        let n = self.next.fetch_add(1, Ordering::SeqCst);
-        let id = format!("00000000-0000-4000-8000-{n:012}");
-        self.live.lock().unwrap().insert(id.clone(), Some(p.name));
-        Ok(id)
+        let me = self.me.upgrade().expect("the fake lives while called");
+        tokio::spawn(async move { me.create_in_daemon(p).await })
+            .await
+            .expect("the fake's create does not panic")
     }
 
     async fn exec(&self, id: &str, mut p: ExecParams) -> Result<ExecOutput, SandboxError> {
