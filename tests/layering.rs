@@ -504,3 +504,107 @@ fn the_worker_binary_is_started_only_through_worker_process() {
         }
     }
 }
+
+/// The sibling modules `text` (a file directly under `src/runtime/`) names
+/// through `super::`: `super::x`, `super::x::Y` and `super::{x, y::Z}`,
+/// only those that are modules of `siblings`.
+fn runtime_imports(text: &str, siblings: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("super::") {
+        rest = &rest[at + "super::".len()..];
+        let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            group[..end].split(',').collect()
+        } else {
+            vec![rest]
+        };
+        for n in names {
+            let name: String = n
+                .trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if siblings.contains(&name) && !found.contains(&name) {
+                found.push(name);
+            }
+        }
+    }
+    found
+}
+
+/// `src/runtime`'s modules import one another without a cycle: each
+/// operation's file depends on the pieces below it, never the other way
+/// round (issue 42; `inventory`↔`records` and `lineage`↔`teardown` were).
+#[test]
+fn runtime_modules_import_without_cycles() {
+    let files: Vec<(String, String)> = sources_under("src/runtime")
+        .into_iter()
+        .filter(|(p, _)| !p.contains('/') && p != "mod.rs")
+        .collect();
+    let names: Vec<String> = files
+        .iter()
+        .map(|(p, _)| p.trim_end_matches(".rs").to_string())
+        .collect();
+    let edges: Vec<(String, Vec<String>)> = files
+        .iter()
+        .map(|(p, text)| {
+            let me = p.trim_end_matches(".rs").to_string();
+            // A file's own `tests` module reaches its parent through super.
+            let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+            let to = runtime_imports(code, &names)
+                .into_iter()
+                .filter(|n| *n != me)
+                .collect();
+            (me, to)
+        })
+        .collect();
+    assert!(
+        edges.iter().any(|(_, to)| !to.is_empty()),
+        "the imports were read: {edges:?}"
+    );
+    // Depth-first search for a back edge.
+    fn visit<'a>(
+        n: &'a str,
+        edges: &'a [(String, Vec<String>)],
+        path: &mut Vec<&'a str>,
+        done: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| *p == n) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(n.to_string());
+            return Some(cycle);
+        }
+        if done.contains(&n) {
+            return None;
+        }
+        path.push(n);
+        let to = edges
+            .iter()
+            .find(|(f, _)| f == n)
+            .map(|(_, t)| t.as_slice())
+            .unwrap_or(&[]);
+        for t in to {
+            if let Some(c) = visit(t, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(n);
+        None
+    }
+    let mut done = Vec::new();
+    for (n, _) in &edges {
+        let mut path = Vec::new();
+        if let Some(cycle) = visit(n, &edges, &mut path, &mut done) {
+            panic!("src/runtime imports in a cycle: {}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn the_import_reader_sees_every_form() {
+    let siblings: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+    let text = "use super::a::X;\nuse super::{b, c::Y, lock, Manager};\nlet z = super::d::f();";
+    assert_eq!(runtime_imports(text, &siblings), ["a", "b", "c", "d"]);
+}

@@ -7,8 +7,7 @@
 //! lets an operator follow one runtime across refreshes and events.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -17,37 +16,6 @@ use super::records::Runtime;
 use super::{lock, Manager};
 use crate::events::{now_ms, Event, EventKind};
 use crate::ids::Lang;
-
-/// Bookkeeping an operator may see: created, last used, executions.
-#[derive(Debug)]
-pub(crate) struct Meta {
-    handle: String,
-    created_ms: u64,
-    last_used_ms: AtomicU64,
-    executions: AtomicU64,
-    exec_us: AtomicU64,
-}
-
-impl Meta {
-    pub(crate) fn new() -> Meta {
-        let now = now_ms();
-        Meta {
-            handle: format!("h-{:016x}", rand::random::<u64>()),
-            created_ms: now,
-            last_used_ms: AtomicU64::new(now),
-            executions: AtomicU64::new(0),
-            exec_us: AtomicU64::new(0),
-        }
-    }
-
-    /// One execution of `took` finished now.
-    pub(crate) fn used(&self, took: Duration) {
-        self.executions.fetch_add(1, Ordering::Relaxed);
-        self.exec_us
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        self.last_used_ms.fetch_max(now_ms(), Ordering::Relaxed);
-    }
-}
 
 /// Whether a runtime's VM is still there, by the daemon's `sandbox::list`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -238,19 +206,4 @@ pub(super) fn lifecycle_swept(m: &Manager, swept: usize) {
         swept: Some(swept),
         owner: None,
     });
-}
-
-/// Keeps an execution's duration on its runtime's record.
-pub(crate) struct Timed<'a>(&'a Meta, std::time::Instant);
-
-impl<'a> Timed<'a> {
-    pub(crate) fn start(meta: &'a Meta) -> Timed<'a> {
-        Timed(meta, std::time::Instant::now())
-    }
-}
-
-impl Drop for Timed<'_> {
-    fn drop(&mut self) {
-        self.0.used(self.1.elapsed());
-    }
 }

@@ -4,7 +4,6 @@
 
 use super::errors::{DaemonFailure, HandlerCallError};
 use super::failure::tail;
-use super::inventory;
 use super::ready::{self, Then};
 use super::run::for_runtime;
 use super::{lock, teardown, Manager};
@@ -49,7 +48,7 @@ pub(super) async fn call(
                 slots: rt.slots.size(),
             })?,
     };
-    let timed = inventory::Timed::start(&rt.meta);
+    let timed = super::meta::Timed::start(&rt.meta);
     let p = guest::invoke_exec(
         rt.lang(),
         function_id,

@@ -24,6 +24,9 @@ use crate::seal;
 pub(crate) struct Vms {
     daemon: Daemon,
     table: VmTable,
+    /// Stops nobody waits for (a dropped lease's, a one-shot's background
+    /// stop): shutdown waits for them within its budget.
+    stops: tokio_util::task::TaskTracker,
 }
 
 impl Vms {
@@ -31,10 +34,11 @@ impl Vms {
         Arc::new(Vms {
             daemon,
             table: VmTable::new(pool_size),
+            stops: tokio_util::task::TaskTracker::new(),
         })
     }
 
-    pub(crate) fn table(&self) -> &VmTable {
+    pub(super) fn table(&self) -> &VmTable {
         &self.table
     }
 
@@ -132,6 +136,27 @@ impl Vms {
             self.table.seal_took(id);
         }
         out
+    }
+
+    /// Stops `id` on a task of its own, charged to `to` (one call now),
+    /// tracked so shutdown can wait for it.
+    fn stop_detached(
+        self: &Arc<Self>,
+        to: Option<Arc<OpTotals>>,
+        id: SandboxId,
+    ) -> tokio::task::JoinHandle<bool> {
+        if let Some(to) = &to {
+            crate::metering::charge_to(to, 1, 0);
+        }
+        let vms = self.clone();
+        self.stops.spawn(async move { vms.stop(&id).await })
+    }
+
+    /// Waits until every detached stop has answered, up to `deadline`.
+    pub(crate) async fn detached_stops_done(&self, deadline: tokio::time::Instant) {
+        self.stops.close();
+        let _ = tokio::time::timeout_at(deadline, self.stops.wait()).await;
+        self.stops.reopen();
     }
 
     /// Every sandbox the daemon holds (of every owner).
@@ -237,8 +262,7 @@ impl VmLease {
     /// answered.
     pub(crate) fn stop_in_background(&self) -> tokio::task::JoinHandle<bool> {
         self.settle();
-        let (vms, id) = (self.vms.clone(), self.id.clone());
-        Daemon::detached(current(), async move { vms.stop(&id).await })
+        self.vms.stop_detached(current(), self.id.clone())
     }
 
     /// The daemon dropped the VM (reaped): it leaves the table.
@@ -329,8 +353,8 @@ impl Drop for VmLease {
         if !live || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let (vms, id) = (self.vms.clone(), self.id.clone());
-        Daemon::detached(self.meter.take(), async move { vms.stop(&id).await });
+        let meter = self.meter.take();
+        drop(self.vms.stop_detached(meter, self.id.clone()));
     }
 }
 

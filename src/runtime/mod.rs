@@ -40,6 +40,7 @@ mod invoke;
 mod lease;
 mod lifeline;
 mod lineage;
+mod meta;
 mod publish;
 mod python_sdk;
 mod ready;

@@ -9,8 +9,8 @@ use crate::guest_access::TokenLease;
 use crate::ids::{Lang, Namespace, RuntimeId};
 use crate::tenancy::{Admission, Lineage, Permit, RunPermit};
 
-use super::inventory;
 use super::lease::VmLease;
+use super::meta;
 use super::session::Session;
 use super::slots::Slots;
 
@@ -40,7 +40,7 @@ pub(super) struct Runtime {
     /// `Admission::root`).
     pub(super) root: Mutex<Option<Permit>>,
     /// What the inventory shows: handle, created, last used, executions.
-    pub(super) meta: inventory::Meta,
+    pub(super) meta: meta::Meta,
     /// A kept run's session (its runs share one interpreter), if it asked.
     pub(super) session: Option<Session>,
 }
@@ -69,7 +69,7 @@ impl Runtime {
             lineage: admitted.lineage,
             forgotten: Default::default(),
             root: Mutex::new(admitted.root),
-            meta: inventory::Meta::new(),
+            meta: meta::Meta::new(),
             session,
         })
     }

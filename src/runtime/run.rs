@@ -198,7 +198,7 @@ pub(super) async fn fresh(
     // ends with it.
     if admitted.root.is_some() {
         drop(admitted.root);
-        lineage::end(m, &lineage);
+        teardown::lineage_end(m, &lineage);
     }
     if keep {
         vm.stop().await;
@@ -239,7 +239,7 @@ pub(super) async fn in_runtime(
     let daemon = |e| DaemonFailure::new(e, timeout_ms);
     let (p, secret) = run_exec(m, rt.lang(), code, timeout_ms);
     let slot = rt.slots.acquire(KEPT_RUNS).await;
-    let timed = inventory::Timed::start(&rt.meta);
+    let timed = super::meta::Timed::start(&rt.meta);
     let outcome = async {
         if !rt.vm.has_sdk() && guest::names_iii(code) {
             sdk::prepare(m, &rt.vm, rt.vm.pristine())

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use super::errors::TeardownError;
 use super::inventory;
 use super::records::Runtime;
-use super::{lineage, lock, Manager};
+use super::{lock, Manager};
 use crate::events::EventKind;
 use crate::ids::{Namespace, RuntimeId};
 use crate::tenancy::Caller;
+use crate::tenancy::Lineage;
 use crate::wire::TeardownResponse;
 
 /// Forgets a runtime whose VM the daemon dropped, and unpublishes its
@@ -54,7 +55,7 @@ pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
     let root = lock(&rt.root).take();
     if root.is_some() {
         drop(root);
-        lineage::end(m, &rt.lineage);
+        lineage_end(m, &rt.lineage);
     }
     fns
 }
@@ -117,4 +118,27 @@ pub(super) async fn namespace(
         torn_down: true,
         unregistered: unregistered.into_iter().collect(),
     })
+}
+
+/// A lineage ends with its root: once the trusted run or runtime it grew
+/// from is gone, nobody who started it can reach what its guest code left
+/// behind. Tears down every runtime guest code of `lineage` created. Their VMs
+/// stop in the background; their functions and tokens are gone at once.
+pub(super) fn lineage_end(m: &Manager, lineage: &Lineage) {
+    let left: Vec<Arc<Runtime>> = lock(&m.records)
+        .runtimes()
+        .into_iter()
+        .filter(|rt| rt.owner.as_ref() == Some(lineage))
+        .collect();
+    if left.is_empty() {
+        return;
+    }
+    tracing::info!(
+        runtimes = left.len(),
+        "a lineage ended; tearing down what its guest code left"
+    );
+    for rt in left {
+        tear_down(m, &rt);
+        drop(rt.vm.stop_in_background());
+    }
 }

@@ -133,7 +133,7 @@ impl Table {
 
 /// The table. One lock; every method takes it once.
 #[derive(Default)]
-pub(crate) struct VmTable {
+pub(super) struct VmTable {
     table: Mutex<Table>,
     /// Announced after every change a waiter may be waiting for (a VM
     /// arrived in the pool or failed to, a stop was confirmed).
@@ -141,7 +141,7 @@ pub(crate) struct VmTable {
 }
 
 impl VmTable {
-    pub(crate) fn new(pool_size: usize) -> VmTable {
+    pub(super) fn new(pool_size: usize) -> VmTable {
         let t = VmTable::default();
         t.lock().pool_size = pool_size;
         t
@@ -155,13 +155,13 @@ impl VmTable {
     /// own tests; the worker's creates go through `create_ended` and
     /// `booted`).
     #[cfg(test)]
-    pub(crate) fn insert(&self, id: &SandboxId, lang: Lang, state: VmState) {
+    pub(super) fn insert(&self, id: &SandboxId, lang: Lang, state: VmState) {
         self.lock().vms.insert(id.clone(), Vm::new(lang, state));
     }
 
     /// Moves a VM this worker knows to `state`; `false` when it is not in
     /// the table (the daemon confirmed it gone).
-    pub(crate) fn set_state(&self, id: &SandboxId, state: VmState) -> bool {
+    pub(super) fn set_state(&self, id: &SandboxId, state: VmState) -> bool {
         let mut t = self.lock();
         let Some(vm) = t.vms.get_mut(id) else {
             return false;
@@ -173,23 +173,23 @@ impl VmTable {
         true
     }
 
-    pub(crate) fn state(&self, id: &SandboxId) -> Option<VmState> {
+    pub(super) fn state(&self, id: &SandboxId) -> Option<VmState> {
         self.lock().vms.get(id).map(|vm| vm.state)
     }
 
     /// The daemon confirmed the VM gone (stopped or reaped).
-    pub(crate) fn remove(&self, id: &SandboxId) {
+    pub(super) fn remove(&self, id: &SandboxId) {
         self.lock().vms.remove(id);
         self.changed.notify_waiters();
     }
 
     /// Every VM in the table, in whatever state.
-    pub(crate) fn ids(&self) -> Vec<SandboxId> {
+    pub(super) fn ids(&self) -> Vec<SandboxId> {
         self.lock().vms.keys().cloned().collect()
     }
 
     /// VMs whose stop the daemon has not confirmed yet.
-    pub(crate) fn stopping(&self) -> usize {
+    pub(super) fn stopping(&self) -> usize {
         self.lock()
             .vms
             .values()
@@ -198,7 +198,7 @@ impl VmTable {
     }
 
     /// Waits, up to `patience`, until no stop is unconfirmed.
-    pub(crate) async fn stops_confirmed(&self, patience: Duration) {
+    pub(super) async fn stops_confirmed(&self, patience: Duration) {
         crate::notified::until(&self.changed, patience, || self.stopping() == 0).await;
     }
 
@@ -207,7 +207,7 @@ impl VmTable {
     /// A ready VM of `lang` for one tenant, now leased: one whose SDK
     /// state is `sdk` if there is one (the oldest such), else the oldest.
     /// Returns its id and whether the SDK is in it.
-    pub(crate) fn take_pooled(&self, lang: Lang, sdk: bool) -> Option<(SandboxId, bool)> {
+    pub(super) fn take_pooled(&self, lang: Lang, sdk: bool) -> Option<(SandboxId, bool)> {
         let mut t = self.lock();
         let pooled = |vm: &Vm| match vm.state {
             VmState::Pooled { order } if vm.lang == lang => Some(order),
@@ -229,7 +229,7 @@ impl VmTable {
 
     /// How many VMs to start booting now for `lang`; they count as warming
     /// from here on (`booted` or `boot_failed` settles each).
-    pub(crate) fn reserve(&self, lang: Lang) -> usize {
+    pub(super) fn reserve(&self, lang: Lang) -> usize {
         let mut t = self.lock();
         if t.closed {
             return 0;
@@ -241,12 +241,12 @@ impl VmTable {
     }
 
     /// A create for one operation is under way.
-    pub(crate) fn create_started(&self) {
+    pub(super) fn create_started(&self) {
         self.lock().creating += 1;
     }
 
     /// That create answered: with `id`, now leased, or with an error.
-    pub(crate) fn create_ended(&self, id: Option<(&SandboxId, Lang)>) {
+    pub(super) fn create_ended(&self, id: Option<(&SandboxId, Lang)>) {
         let mut t = self.lock();
         t.creating = t.creating.saturating_sub(1);
         if let Some((id, lang)) = id {
@@ -257,7 +257,7 @@ impl VmTable {
     }
 
     /// A reserved create answered with `id`: it warms from here on.
-    pub(crate) fn booted(&self, id: &SandboxId, lang: Lang) {
+    pub(super) fn booted(&self, id: &SandboxId, lang: Lang) {
         let mut t = self.lock();
         if let Some(n) = t.booting.get_mut(&lang) {
             *n = n.saturating_sub(1);
@@ -266,7 +266,7 @@ impl VmTable {
     }
 
     /// A reserved create failed: nothing is booting for it any more.
-    pub(crate) fn boot_failed(&self, lang: Lang) {
+    pub(super) fn boot_failed(&self, lang: Lang) {
         if let Some(n) = self.lock().booting.get_mut(&lang) {
             *n = n.saturating_sub(1);
         }
@@ -276,7 +276,7 @@ impl VmTable {
     /// A warming VM is ready: it joins the pool. After `close` it joins
     /// too, and the shutdown that closed the pool stops it in its next
     /// pass (stopping it here as well would race that pass).
-    pub(crate) fn pool(&self, id: &SandboxId) {
+    pub(super) fn pool(&self, id: &SandboxId) {
         let mut t = self.lock();
         t.arrivals += 1;
         let order = t.arrivals;
@@ -289,7 +289,7 @@ impl VmTable {
 
     /// The ready VMs of `lang` that lack the SDK, back to warming so it can
     /// be planted while no tenant holds them.
-    pub(crate) fn unpool_without_sdk(&self, lang: Lang) -> Vec<SandboxId> {
+    pub(super) fn unpool_without_sdk(&self, lang: Lang) -> Vec<SandboxId> {
         let mut t = self.lock();
         if t.closed {
             return Vec::new();
@@ -306,7 +306,7 @@ impl VmTable {
     }
 
     /// Every ready pooled VM, now stopping (capacity pressure, shutdown).
-    pub(crate) fn drain_pool(&self) -> Vec<SandboxId> {
+    pub(super) fn drain_pool(&self) -> Vec<SandboxId> {
         let mut t = self.lock();
         t.vms
             .iter_mut()
@@ -320,60 +320,60 @@ impl VmTable {
     }
 
     /// Closes the pool for good: nothing is reserved any more.
-    pub(crate) fn close_pool(&self) {
+    pub(super) fn close_pool(&self) {
         self.lock().closed = true;
     }
 
-    pub(crate) fn pool_closed(&self) -> bool {
+    pub(super) fn pool_closed(&self) -> bool {
         self.lock().closed
     }
 
     /// (ready, warming) VMs of `lang` in the pool.
-    pub(crate) fn pool_counts(&self, lang: Lang) -> (usize, usize) {
+    pub(super) fn pool_counts(&self, lang: Lang) -> (usize, usize) {
         let t = self.lock();
         let ready = t.count(lang, |vm| matches!(vm.state, VmState::Pooled { .. }));
         (ready, t.warming(lang))
     }
 
     /// Ready pooled VMs of `lang` that already hold the guest SDK.
-    pub(crate) fn pooled_with_sdk(&self, lang: Lang) -> usize {
+    pub(super) fn pooled_with_sdk(&self, lang: Lang) -> usize {
         self.lock().count(lang, |vm| {
             vm.sdk && matches!(vm.state, VmState::Pooled { .. })
         })
     }
 
     /// VMs booting for the pool, with or without an id yet.
-    pub(crate) fn warming_total(&self) -> usize {
+    pub(super) fn warming_total(&self) -> usize {
         let t = self.lock();
         t.warming(Lang::Node) + t.warming(Lang::Python)
     }
 
     /// Creates under way, for the pool or an operation, that have no id
     /// yet: VMs the daemon may be booting for this worker.
-    pub(crate) fn creates_in_flight(&self) -> usize {
+    pub(super) fn creates_in_flight(&self) -> usize {
         let t = self.lock();
         t.booting.values().sum::<usize>() + t.creating
     }
 
     /// Waits, up to `patience`, until no create of an operation is under
     /// way (each then has an entry, or failed).
-    pub(crate) async fn creates_settled(&self, patience: Duration) {
+    pub(super) async fn creates_settled(&self, patience: Duration) {
         crate::notified::until(&self.changed, patience, || self.lock().creating == 0).await;
     }
 
     /// Waits, up to `patience`, until nothing warms for the pool.
-    pub(crate) async fn pool_settled(&self, patience: Duration) {
+    pub(super) async fn pool_settled(&self, patience: Duration) {
         crate::notified::until(&self.changed, patience, || self.warming_total() == 0).await;
     }
 
     // ---- what belongs to one VM.
 
-    pub(crate) fn sdk(&self, id: &SandboxId) -> bool {
+    pub(super) fn sdk(&self, id: &SandboxId) -> bool {
         self.lock().vms.get(id).is_some_and(|vm| vm.sdk)
     }
 
     /// The SDK is in the VM now: what waits there started without it.
-    pub(crate) fn sdk_prepared(&self, id: &SandboxId) {
+    pub(super) fn sdk_prepared(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.sdk = true;
             for w in &mut vm.waiting {
@@ -382,29 +382,29 @@ impl VmTable {
         }
     }
 
-    pub(crate) fn sealed(&self, id: &SandboxId) -> bool {
+    pub(super) fn sealed(&self, id: &SandboxId) -> bool {
         self.lock().vms.get(id).is_some_and(|vm| vm.sealed)
     }
 
-    pub(crate) fn seal_took(&self, id: &SandboxId) {
+    pub(super) fn seal_took(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.sealed = true;
         }
     }
 
-    pub(crate) fn pristine(&self, id: &SandboxId) -> bool {
+    pub(super) fn pristine(&self, id: &SandboxId) -> bool {
         self.lock().vms.get(id).is_some_and(|vm| vm.pristine)
     }
 
     /// Tenant code ran (or is about to run) in the VM.
-    pub(crate) fn tenant_code_ran(&self, id: &SandboxId) {
+    pub(super) fn tenant_code_ran(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.pristine = false;
         }
     }
 
     /// A generation no VM has used.
-    pub(crate) fn next_generation(&self) -> u64 {
+    pub(super) fn next_generation(&self) -> u64 {
         let mut t = self.lock();
         t.generations += 1;
         t.generations
@@ -412,7 +412,7 @@ impl VmTable {
 
     /// An interpreter waiting in the VM, now the caller's (lent until
     /// `returned`).
-    pub(crate) fn take_waiting(&self, id: &SandboxId) -> Option<Waiting> {
+    pub(super) fn take_waiting(&self, id: &SandboxId) -> Option<Waiting> {
         let mut t = self.lock();
         let vm = t.vms.get_mut(id)?;
         let w = vm.waiting.pop()?;
@@ -423,12 +423,12 @@ impl VmTable {
     /// The latest generation waiting in the VM, left there: node's
     /// interpreters are counted in the guest (`scr_fill`), and calls at
     /// once each relay to one of them.
-    pub(crate) fn peek_waiting(&self, id: &SandboxId) -> Option<Waiting> {
+    pub(super) fn peek_waiting(&self, id: &SandboxId) -> Option<Waiting> {
         self.lock().vms.get(id)?.waiting.last().cloned()
     }
 
     /// A call that took an interpreter is done with it.
-    pub(crate) fn returned(&self, id: &SandboxId) {
+    pub(super) fn returned(&self, id: &SandboxId) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.lent = vm.lent.saturating_sub(1);
         }
@@ -439,7 +439,7 @@ impl VmTable {
     /// waiting, lent or starting (ending any leftover), `Beside` the busy
     /// ones when `beside` allows it (counted as starting until `started`),
     /// `None` when as many as the VM may hold exist already (run cold).
-    pub(crate) fn start_plan(&self, id: &SandboxId, most: usize, beside: bool) -> Option<Start> {
+    pub(super) fn start_plan(&self, id: &SandboxId, most: usize, beside: bool) -> Option<Start> {
         let mut t = self.lock();
         let vm = t.vms.get_mut(id)?;
         let held = vm.waiting.len() + vm.lent + vm.starting;
@@ -458,7 +458,7 @@ impl VmTable {
     /// the others (counted as starting; the count stays, since the
     /// replaced one is retired).
     /// (A VM gone from the table starts nothing: `Alone` there is moot.)
-    pub(crate) fn replace_plan(&self, id: &SandboxId) -> Start {
+    pub(super) fn replace_plan(&self, id: &SandboxId) -> Start {
         let mut t = self.lock();
         let Some(vm) = t.vms.get_mut(id) else {
             return Start::Alone;
@@ -473,7 +473,7 @@ impl VmTable {
 
     /// A `Beside` start ended: its generation waits now (`Some`), or it
     /// failed.
-    pub(crate) fn started(&self, id: &SandboxId, generation: Option<u64>) {
+    pub(super) fn started(&self, id: &SandboxId, generation: Option<u64>) {
         let mut t = self.lock();
         let Some(vm) = t.vms.get_mut(id) else { return };
         vm.starting = vm.starting.saturating_sub(1);
@@ -487,7 +487,7 @@ impl VmTable {
 
     /// Generation `generation` waits in the VM. A VM that is stopping or
     /// gone keeps nothing waiting.
-    pub(crate) fn put_waiting(&self, id: &SandboxId, generation: u64) {
+    pub(super) fn put_waiting(&self, id: &SandboxId, generation: u64) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             if vm.state != VmState::Stopping {
                 // A node fill replaces the last: one generation names them.
@@ -503,14 +503,14 @@ impl VmTable {
     }
 
     /// What waited as `generation` is gone (its server died).
-    pub(crate) fn forget_waiting(&self, id: &SandboxId, generation: u64) {
+    pub(super) fn forget_waiting(&self, id: &SandboxId, generation: u64) {
         if let Some(vm) = self.lock().vms.get_mut(id) {
             vm.waiting.retain(|w| w.generation != generation);
         }
     }
 
     /// VMs with an interpreter waiting.
-    pub(crate) fn waiting_count(&self) -> usize {
+    pub(super) fn waiting_count(&self) -> usize {
         self.lock()
             .vms
             .values()
