@@ -1361,11 +1361,12 @@ async fn a_teardown_during_a_registrations_check_leaves_no_orphan_function() {
     }
 }
 
-/// A caller that gives up while `sandbox::create` is in flight leaves no
-/// VM: the create is owned from the moment it is sent, and the VM the
-/// daemon boots for nobody is stopped once it answers.
-#[tokio::test]
-async fn a_caller_that_gives_up_during_a_create_leaves_no_vm() {
+/// A one-shot run whose `sandbox::create` the daemon has not answered yet.
+async fn a_run_waiting_on_its_create() -> (
+    World,
+    Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<Result<(), WorkerError>>,
+) {
     let w = world();
     let gate = Arc::new(tokio::sync::Notify::new());
     *w.sandbox.create_gate.lock().unwrap() = Some(gate.clone());
@@ -1377,12 +1378,26 @@ async fn a_caller_that_gives_up_during_a_create_leaves_no_vm() {
             json!({"lang": "python", "code": "x"}),
         )
         .await
+        .map(drop)
     });
     assert!(eventually(|| w.sandbox.creates_waiting.load(Ordering::SeqCst) == 1).await);
-    run.abort();
-    assert!(run.await.is_err(), "the caller gave up");
+    (w, gate, run)
+}
+
+fn let_the_create_answer(w: &World, gate: &tokio::sync::Notify) {
     *w.sandbox.create_gate.lock().unwrap() = None;
     gate.notify_one();
+}
+
+/// A caller that gives up while `sandbox::create` is in flight leaves no
+/// VM: the create is owned from the moment it is sent, and the VM the
+/// daemon boots for nobody is stopped once it answers.
+#[tokio::test]
+async fn a_caller_that_gives_up_during_a_create_leaves_no_vm() {
+    let (w, gate, run) = a_run_waiting_on_its_create().await;
+    run.abort();
+    assert!(run.await.is_err(), "the caller gave up");
+    let_the_create_answer(&w, &gate);
     assert!(
         eventually(|| w.sandbox.ops().iter().any(|o| o == "stop") && w.sandbox.live() == 0).await,
         "the VM booted for nobody was stopped: {:?}",
@@ -1395,24 +1410,11 @@ async fn a_caller_that_gives_up_during_a_create_leaves_no_vm() {
 /// report says so instead of claiming a clean exit.
 #[tokio::test]
 async fn a_shutdown_during_a_create_reports_it() {
-    let w = world();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    *w.sandbox.create_gate.lock().unwrap() = Some(gate.clone());
-    let manager = w.manager.clone();
-    let run = tokio::spawn(async move {
-        functions::run::handle(
-            &manager,
-            &Caller::Trusted,
-            json!({"lang": "python", "code": "x"}),
-        )
-        .await
-    });
-    assert!(eventually(|| w.sandbox.creates_waiting.load(Ordering::SeqCst) == 1).await);
+    let (w, gate, run) = a_run_waiting_on_its_create().await;
     let report = w.manager.shutdown_within(Duration::from_millis(300)).await;
     assert_eq!(report.left, 1, "{report:?}");
     assert!(!report.is_clean());
-    *w.sandbox.create_gate.lock().unwrap() = None;
-    gate.notify_one();
+    let_the_create_answer(&w, &gate);
     let _ = run.await;
     assert!(
         eventually(|| w.sandbox.live() == 0).await,

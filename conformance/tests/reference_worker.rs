@@ -47,17 +47,25 @@ fn node_bundle() -> Option<PathBuf> {
 
 /// The reference worker's command line, in `--code-runner` mode or not.
 async fn reference_command(extra: &[&str]) -> WorkerCommand {
+    reference_command_with(extra, true).await
+}
+
+/// The same; `wheels`: whether it may install the python SDK from wheels
+/// the host downloaded (else its VMs fetch them).
+async fn reference_command_with(extra: &[&str], wheels: bool) -> WorkerCommand {
     let venv = python_venv().await;
     let mut cmd = WorkerCommand::program(venv.join("bin/python"));
     cmd.args.push("-u".into());
     cmd.args.push(worker_script().display().to_string());
-    cmd.args.push("--wheel-dir".into());
-    cmd.args.push(
-        target_dir()
-            .join("sdk-cache/reference-wheels")
-            .display()
-            .to_string(),
-    );
+    if wheels {
+        cmd.args.push("--wheel-dir".into());
+        cmd.args.push(
+            target_dir()
+                .join("sdk-cache/reference-wheels")
+                .display()
+                .to_string(),
+        );
+    }
     cmd.args.extend(extra.iter().map(|a| a.to_string()));
     cmd
 }
@@ -315,20 +323,7 @@ async fn divergent_verdicts(
     primers: &[&str],
     cases: &[&str],
 ) -> Vec<(String, Verdict)> {
-    let venv = python_venv().await;
-    let mut cmd = WorkerCommand::program(venv.join("bin/python"));
-    cmd.args.push("-u".into());
-    cmd.args.push(worker_script().display().to_string());
-    if wheels {
-        cmd.args.push("--wheel-dir".into());
-        cmd.args.push(
-            target_dir()
-                .join("sdk-cache/reference-wheels")
-                .display()
-                .to_string(),
-        );
-    }
-    cmd.args.extend(extra.iter().map(|a| a.to_string()));
+    let mut cmd = reference_command_with(extra, wheels).await;
     if let Some(bundle) = node_bundle() {
         cmd.args.push("--node-sdk-bundle".into());
         cmd.args.push(bundle.display().to_string());

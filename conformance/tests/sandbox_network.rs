@@ -28,6 +28,24 @@ async fn call(c: &IIIClient, function_id: &str, payload: Value) -> Value {
     .unwrap_or_else(|e| panic!("{function_id} {payload}: {e:?}"))
 }
 
+/// A fresh `network:true` python sandbox: its id.
+async fn network_sandbox(c: &IIIClient) -> String {
+    call(
+        c,
+        "sandbox::create",
+        json!({"image": "python", "network": true}),
+    )
+    .await["sandbox_id"]
+        .as_str()
+        .expect("a sandbox_id")
+        .to_string()
+}
+
+/// `sandbox::exec` of `argv` in sandbox `id`: its answer.
+async fn exec_in(c: &IIIClient, id: &str, argv: Value) -> Value {
+    call(c, "sandbox::exec", json!({"sandbox_id": id, "argv": argv})).await
+}
+
 /// Python that tries each `(host, port)` and prints one word per target.
 fn probe(targets: &[(&str, u16)]) -> String {
     let list: Vec<String> = targets
@@ -89,12 +107,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
         ("127.0.0.2", p2),
         (GATEWAY, p2),
     ]);
-    let out = call(
-        &c,
-        "sandbox::exec",
-        json!({"sandbox_id": id, "argv": ["python3", "-c", code]}),
-    )
-    .await;
+    let out = exec_in(&c, &id, json!(["python3", "-c", code])).await;
     assert_eq!(
         out["stdout"], "open\nclosed\nclosed\nclosed\n",
         "gateway→host 127.0.0.1 open; guest's own loopback, host 127.0.0.2 closed: {out}"
@@ -102,25 +115,21 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
 
     // The create-time env points at the gateway, and the default route
     // (outbound traffic) leaves through it.
-    let out = call(
+    let out = exec_in(
         &c,
-        "sandbox::exec",
-        json!({"sandbox_id": id, "argv": ["sh", "-c", "echo $SVC; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"]}),
+        &id,
+        json!([
+            "sh",
+            "-c",
+            "echo $SVC; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"
+        ]),
     )
     .await;
     assert_eq!(out["stdout"], format!("ws://{GATEWAY}:{p1}\n1\n"), "{out}");
 
     // Each sandbox has a network of its own, and two execs of one sandbox
     // share it (one network per VM): compare namespace identities.
-    let other = call(
-        &c,
-        "sandbox::create",
-        json!({"image": "python", "network": true}),
-    )
-    .await["sandbox_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other = network_sandbox(&c).await;
     let ns_of = |sid: String| {
         let c = &c;
         async move {
@@ -175,15 +184,7 @@ async fn an_unreachable_package_route_keeps_the_gateway_and_drops_the_rest() {
     let c = common::client(&engine.url(), "network-test").await;
     let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let p1 = on_one.local_addr().unwrap().port();
-    let id = call(
-        &c,
-        "sandbox::create",
-        json!({"image": "python", "network": true}),
-    )
-    .await["sandbox_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = network_sandbox(&c).await;
     // 192.0.2.1 (TEST-NET-1) stands for any address beyond the gateway.
     let code = format!(
         "import socket, time\n\
@@ -193,23 +194,13 @@ async fn an_unreachable_package_route_keeps_the_gateway_and_drops_the_rest() {
          try:\n    socket.create_connection(('192.0.2.1', 443), 20).close()\n    print('beyond open')\n\
          except OSError:\n    print('beyond failed after', 'a wait' if time.monotonic() - t >= 1 else 'no wait')"
     );
-    let out = call(
-        &c,
-        "sandbox::exec",
-        json!({"sandbox_id": id, "argv": ["python3", "-c", code]}),
-    )
-    .await;
+    let out = exec_in(&c, &id, json!(["python3", "-c", code])).await;
     assert_eq!(
         out["stdout"], "gateway open\nbeyond failed after a wait\n",
         "{out}"
     );
     // The default route leads to 10.0.2.99, not slirp's 10.0.2.2.
-    let out = call(
-        &c,
-        "sandbox::exec",
-        json!({"sandbox_id": id, "argv": ["sh", "-c", "grep -c '^tap0\t00000000\t6302000A' /proc/net/route; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"]}),
-    )
-    .await;
+    let out = exec_in(&c, &id, json!(["sh", "-c", "grep -c '^tap0\t00000000\t6302000A' /proc/net/route; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"])).await;
     assert_eq!(out["stdout"], "1\n0\n", "{out}");
     call(&c, "sandbox::stop", json!({"sandbox_id": id})).await;
     c.shutdown_async().await;
