@@ -337,6 +337,19 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// The result frame's tag is spelled the same in the worker and in
+    /// both languages' wrappers (guest/PROTOCOL.md, "Markers").
+    #[test]
+    fn the_frame_tag_is_one_marker_on_every_side() {
+        let tag = FRAME_TAG.trim_end().replace('\u{1e}', "\\x1e");
+        assert!(PYTHON_INVOKE.contains(&format!("\"{tag} %s \"")), "{tag}");
+        assert!(PYTHON_RUN.contains(&format!("{tag} %s %s %s")), "{tag}");
+        assert!(
+            NODE_INVOKE.contains(&format!("{tag} ${{secret}} ${{kind}}")),
+            "{tag}"
+        );
+    }
+
     use super::*;
     use rstest::rstest;
     use serde_json::json;

@@ -74,6 +74,12 @@ mod tests {
     }
 
     #[test]
+    fn the_refusal_is_one_exit_status_on_both_sides() {
+        assert!(SEAL.contains(&format!("exit {REFUSED}\n")));
+        assert!(SEAL.contains(TAG), "the script says how it is called");
+    }
+
+    #[test]
     fn only_an_exec_the_seal_let_start_counts_as_sealed() {
         let exited = |code| ExecOutput {
             exit_code: code,

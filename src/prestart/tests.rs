@@ -402,3 +402,18 @@ fn a_cold_exec_starts_the_next_interpreter_without_the_calls_env() {
     assert_eq!(&e.argv[5..], ["node", "-e", "W"]);
     assert_eq!(e.env.len(), 2, "the cold call keeps its own env");
 }
+
+/// The relay's verdict line is spelled the same on both sides
+/// (guest/PROTOCOL.md, "Markers"): what `relay_fork.sh` prints is what
+/// `take_verdict` looks for, and it reads its key from the variable the
+/// worker sets, then unsets it.
+#[test]
+fn the_relays_verdict_is_one_marker_on_both_sides() {
+    let shell = VERDICT.replace('\u{1e}', "\\036");
+    assert!(
+        RELAY_FORK_SH.contains(&format!("printf '{shell}%s %s\\n'")),
+        "relay_fork.sh prints {shell:?}"
+    );
+    assert!(RELAY_FORK_SH.contains(&format!("scr_key=${{{VERDICT_KEY_ENV}:-}}")));
+    assert!(RELAY_FORK_SH.contains(&format!("unset {VERDICT_KEY_ENV}")));
+}

@@ -1,5 +1,6 @@
-//! The runtime inventory (`list_runtimes`) and the lifecycle events: what an
-//! operator may see of a runtime without holding its capability.
+//! The runtime inventory (`list_runtimes`): what an operator may see of a
+//! runtime without holding its capability (the lifecycle events show the
+//! same entry: `lifecycle`).
 //!
 //! Every record gets a random handle (`h-` + 16 hex digits) when it is
 //! created. The handle is drawn independently of the runtime id and of the
@@ -14,7 +15,7 @@ use serde_json::Value;
 
 use super::records::Runtime;
 use super::{lock, Manager};
-use crate::events::{now_ms, Event, EventKind};
+use crate::events::now_ms;
 use crate::ids::Lang;
 
 /// Whether a runtime's VM is still there, by the daemon's `sandbox::list`.
@@ -82,7 +83,7 @@ pub struct Inventory {
     pub totals: Value,
 }
 
-fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
+pub(super) fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
     let ttl = m.config.idle_ttl_secs;
     let m = &rt.meta;
     let mut functions: Vec<String> = lock(&rt.functions).keys().cloned().collect();
@@ -171,39 +172,4 @@ pub(super) async fn list(m: &Manager) -> Inventory {
         pool,
         totals: m.stats.to_json(),
     }
-}
-
-/// Sends `kind` about `rt` to the lifecycle subscribers.
-pub(super) fn lifecycle(m: &Manager, kind: EventKind, rt: &Runtime, function_id: Option<&str>) {
-    if m.events.subscriber_count() == 0 {
-        return;
-    }
-    let runtime = serde_json::to_value(entry(m, rt, Liveness::Unknown)).ok();
-    m.events.emit(Event {
-        event: kind,
-        at_ms: now_ms(),
-        runtime,
-        function_id: function_id.map(str::to_string),
-        swept: None,
-        owner: rt.owner.clone(),
-    });
-}
-
-/// A runtime left the worker: its functions' unregistrations, then `kind`.
-pub(super) fn lifecycle_end(m: &Manager, kind: EventKind, rt: &Runtime, unregistered: &[String]) {
-    for f in unregistered {
-        lifecycle(m, EventKind::FunctionUnregistered, rt, Some(f));
-    }
-    lifecycle(m, kind, rt, None);
-}
-
-pub(super) fn lifecycle_swept(m: &Manager, swept: usize) {
-    m.events.emit(Event {
-        event: EventKind::OrphansSwept,
-        at_ms: now_ms(),
-        runtime: None,
-        function_id: None,
-        swept: Some(swept),
-        owner: None,
-    });
 }

@@ -38,6 +38,7 @@ mod failure;
 mod inventory;
 mod invoke;
 mod lease;
+mod lifecycle;
 mod lifeline;
 mod lineage;
 mod meta;

@@ -9,10 +9,11 @@ use serde_json::Value;
 
 use super::errors::{DaemonFailure, RegisterError};
 use super::failure::tail;
+use super::lifecycle;
 use super::ready::{self, Then};
 use super::records::{Records, Runtime};
 use super::run::for_runtime;
-use super::{inventory, lineage, lock, sdk, teardown, warm, Manager, MAX_FUNCTIONS_PER_RUNTIME};
+use super::{lineage, lock, sdk, teardown, warm, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
@@ -146,7 +147,7 @@ async fn register_reserved(
                 if fresh && lock(&rt.functions).is_empty() {
                     // Do not keep a VM for a namespace that holds nothing.
                     teardown::forget(m, &rt);
-                    inventory::lifecycle(m, EventKind::RuntimeTornDown, &rt, None);
+                    lifecycle::runtime(m, EventKind::RuntimeTornDown, &rt, None);
                     rt.vm.stop().await;
                 }
                 return Err(e);
@@ -217,7 +218,7 @@ async fn namespace_runtime(
         rt.vm.stop().await;
         return Err(e);
     }
-    inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
+    lifecycle::runtime(m, EventKind::RuntimeCreated, &rt, None);
     Ok((rt, true))
 }
 
@@ -312,6 +313,6 @@ async fn install_handler(
         m.bus.publish(spec, handler);
     }
     tracing::info!(function_id = fid.as_str(), lang = %rt.lang(), "published a handler");
-    inventory::lifecycle(m, EventKind::FunctionRegistered, rt, Some(fid.as_str()));
+    lifecycle::runtime(m, EventKind::FunctionRegistered, rt, Some(fid.as_str()));
     Ok(())
 }

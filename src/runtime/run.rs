@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::errors::{DaemonFailure, RunError};
-use super::inventory;
 use super::lease::VmLease;
+use super::lifecycle;
 use super::lifeline::{self, Lifeline};
 use super::ready::{self, Then};
 use super::records::Runtime;
@@ -180,7 +180,7 @@ pub(super) async fn fresh(
         let rt = Runtime::new(id.clone(), vm, None, 1, token, admitted, session);
         rt.meta.used(Duration::from_millis(out.duration_ms));
         lock(&m.records).adopt(rt.clone());
-        inventory::lifecycle(m, EventKind::RuntimeCreated, &rt, None);
+        lifecycle::runtime(m, EventKind::RuntimeCreated, &rt, None);
         tracing::info!(lang = %lang, "kept a runtime");
         return Ok(response(
             m,

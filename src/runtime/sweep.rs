@@ -2,8 +2,9 @@
 //! left running (same owner, another instance: `VmNaming::is_orphan`).
 //! Charged to `sweep`, like any operation.
 
+use super::lifecycle;
 use super::vms::SandboxId;
-use super::{inventory, Manager};
+use super::Manager;
 use crate::metering::metered;
 use crate::sandbox::SandboxError;
 
@@ -17,7 +18,7 @@ pub(super) async fn orphans(m: &Manager) -> Result<usize, SandboxError> {
                 stopped += 1;
             }
         }
-        inventory::lifecycle_swept(m, stopped);
+        lifecycle::swept(m, stopped);
         Ok(stopped)
     })
     .await

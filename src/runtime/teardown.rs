@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::errors::TeardownError;
-use super::inventory;
+use super::lifecycle;
 use super::records::Runtime;
 use super::{lock, Manager};
 use crate::events::EventKind;
@@ -21,7 +21,7 @@ pub(super) fn expire(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
     tracing::info!(lang = %rt.lang(), namespace = ?rt.namespace.as_ref().map(|n| n.canonical()), "runtime expired");
     rt.vm.gone();
     let unregistered = forget(m, rt);
-    inventory::lifecycle_end(m, EventKind::RuntimeExpired, rt, &unregistered);
+    lifecycle::ended(m, EventKind::RuntimeExpired, rt, &unregistered);
     unregistered
 }
 
@@ -64,7 +64,7 @@ pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
 /// unregistered. The caller stops its VM.
 pub(super) fn tear_down(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
     let unregistered = forget(m, rt);
-    inventory::lifecycle_end(m, EventKind::RuntimeTornDown, rt, &unregistered);
+    lifecycle::ended(m, EventKind::RuntimeTornDown, rt, &unregistered);
     unregistered
 }
 
