@@ -16,7 +16,9 @@ const REGISTER: &str = "sandbox-code-runner::register_function";
 const TEARDOWN: &str = "sandbox-code-runner::teardown";
 
 /// What the guest is, as one line: `<Uid:> <Gid:> <Groups:> of
-/// /proc/self/status|whoami|pre-started|root again?`. A pre-started
+/// /proc/self/status|whoami|pre-started|root again?|the waiting
+/// interpreters' directory (root's alone: a guest cannot open another
+/// call's FIFOs, guest/PROTOCOL.md)`. A pre-started
 /// process's command line ends with its directory under /tmp/.scr/pre
 /// (python's fork server, whose child it is, or the node interpreter); a
 /// cold one's ends with the wrapper.
@@ -30,7 +32,12 @@ try:
     back = 'root again'
 except PermissionError:
     back = 'stays'
-print('%s|%s|%s|%s' % (ids, who, pre, back))
+try:
+    os.listdir('/tmp/.scr/pre')
+    pre_dir = 'open'
+except (PermissionError, FileNotFoundError):
+    pre_dir = 'closed'
+print('%s|%s|%s|%s|%s' % (ids, who, pre, back, pre_dir))
 "#;
 
 const NODE: &str = r#"import fs from 'node:fs';
@@ -42,7 +49,9 @@ const argv = fs.readFileSync('/proc/self/cmdline', 'utf8').split('\0');
 const pre = argv[argv.length - 2].startsWith('/tmp/.scr/pre/') ? 'True' : 'False';
 let back = 'stays';
 try { process.setuid(0); back = 'root again'; } catch { /* stays */ }
-console.log(`${ids}|${who}|${pre}|${back}`);
+let preDir = 'open';
+try { fs.readdirSync('/tmp/.scr/pre'); } catch (e) { if (['EACCES', 'ENOENT'].includes(e.code)) preDir = 'closed'; }
+console.log(`${ids}|${who}|${pre}|${back}|${preDir}`);
 "#;
 
 /// The line a guest of `lang` prints, `pre`-started or not.
@@ -53,7 +62,7 @@ fn expected(lang: &str, pre: bool) -> String {
         _ => ("1000 1000 1000 1000 1000 1000 1000 1000", "node"),
     };
     let pre = if pre { "True" } else { "False" };
-    format!("{ids}|{who}|{pre}|stays\n")
+    format!("{ids}|{who}|{pre}|stays|closed\n")
 }
 
 fn code(lang: &str) -> &'static str {

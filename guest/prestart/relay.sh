@@ -146,6 +146,9 @@ scr_own() {
     [ "$q" = /tmp ] && continue
     [ -d "$q" ] && [ ! -h "$q" ] && [ -O "$q" ] || return 1
   done
+  # Root's alone: every interpreter opens what it needs here before it
+  # drops, and guest code must not open another call's FIFOs.
+  chmod 700 "$SCR_PRE"
 }
 
 # scr_start <dir> <interpreter argv…>: one waiting interpreter in <dir>, in
