@@ -32,6 +32,7 @@ use crate::sandbox::{SandboxApi, SandboxError};
 use crate::tenancy::{Admission, Caller, TenantLimits, Tenants};
 use crate::wire::{HandlerPayload, RunResponse, TeardownResponse};
 
+mod acquire;
 mod daemon;
 mod errors;
 mod failure;
@@ -42,6 +43,7 @@ mod lifecycle;
 mod lifeline;
 mod lineage;
 mod meta;
+mod pool;
 mod publish;
 mod python_sdk;
 mod ready;
@@ -54,7 +56,6 @@ mod slots;
 mod sweep;
 mod teardown;
 mod vms;
-mod warm;
 
 pub use crate::stats::Stats;
 pub use errors::{DaemonFailure, HandlerCallError, RegisterError, RunError, TeardownError};
@@ -257,12 +258,12 @@ impl Manager {
 
     /// Fills the warm pool at boot, and keeps it topped up.
     pub fn start_pool(&self) {
-        warm::start(self);
+        pool::start(self);
     }
 
     /// Plants the archived python SDK in the pooled VMs that lack it.
     pub(crate) fn plant_pooled(&self) {
-        warm::plant_pooled(self);
+        pool::plant_pooled(self);
     }
 
     /// Stops every VM this worker owns and unpublishes every function,

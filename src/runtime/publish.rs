@@ -13,7 +13,7 @@ use super::lifecycle;
 use super::ready::{self, Then};
 use super::records::{Records, Runtime};
 use super::run::for_runtime;
-use super::{lineage, lock, sdk, teardown, warm, Manager, MAX_FUNCTIONS_PER_RUNTIME};
+use super::{acquire, lineage, lock, sdk, teardown, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
@@ -186,7 +186,7 @@ async fn namespace_runtime(
         return Ok((rt, false));
     }
     let admitted = m.tenants.admit(caller).map_err(RegisterError::Tenant)?;
-    let acquired = warm::acquire(m, lang, false).await.map_err(|e| {
+    let acquired = acquire::acquire(m, lang, false).await.map_err(|e| {
         RegisterError::AcquireVm(DaemonFailure::new(e, m.config.default_timeout_ms))
     })?;
     let id = RuntimeId::generate();

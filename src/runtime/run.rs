@@ -10,7 +10,7 @@ use super::lifeline::{self, Lifeline};
 use super::ready::{self, Then};
 use super::records::Runtime;
 use super::session::{self, Session};
-use super::{lineage, lock, sdk, teardown, warm, Manager};
+use super::{acquire, lineage, lock, sdk, teardown, Manager};
 use crate::config::OneshotStop;
 use crate::events::EventKind;
 use crate::guest;
@@ -129,7 +129,7 @@ pub(super) async fn fresh(
     let mut attempt = 0;
     let (vm, (out, state), line) = loop {
         attempt += 1;
-        let acquired = warm::acquire(m, lang, uses_iii)
+        let acquired = acquire::acquire(m, lang, uses_iii)
             .await
             .map_err(|e| RunError::AcquireVm(daemon(e)))?;
         let (vm, pooled) = (acquired.vm, acquired.pooled);
