@@ -2,7 +2,7 @@
 # interpreter keeps its globals between runs), as one exec:
 #   sh -c 'eval "$SCR_TURN"' sh root <guest uid:gid> <budget s> <lang> [<harness>]
 # with this file as SCR_TURN and the run's request on stdin (a header line
-# {"env": {..}, "stdin": <n>}, then the n bytes of code).
+# {"script": <wrapper>, "env": {..}, "stdin": <n>}, then the n bytes of code).
 #
 # As root it makes sure of the session's directory, /tmp/.scr/session
 # (in root's /tmp/.scr, which no guest can change; the directory itself is

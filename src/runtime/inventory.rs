@@ -86,8 +86,7 @@ pub struct Inventory {
 pub(super) fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
     let ttl = m.config.idle_ttl_secs;
     let m = &rt.meta;
-    let mut functions: Vec<String> = lock(&rt.functions).keys().cloned().collect();
-    functions.sort();
+    let functions = rt.functions();
     let last = m.last_used_ms.load(Ordering::Relaxed);
     RuntimeEntry {
         handle: m.handle.clone(),

@@ -33,9 +33,8 @@ pub(super) async fn call(
     let rt = lock(&m.records)
         .serving(function_id)
         .ok_or(HandlerCallError::RuntimeGone)?;
-    let path = lock(&rt.functions)
-        .get(function_id)
-        .cloned()
+    let path = rt
+        .module_of(function_id)
         .ok_or(HandlerCallError::Unregistered)?;
     let budget = m.config.clamp_timeout(None);
     let secret = guest::new_secret();

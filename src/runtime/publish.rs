@@ -144,7 +144,7 @@ async fn register_reserved(
             }
             Err(InstallError::Gone) => return Err(RegisterError::Expired),
             Err(InstallError::Failed(e)) => {
-                if fresh && lock(&rt.functions).is_empty() {
+                if fresh && rt.function_count() == 0 {
                     // Do not keep a VM for a namespace that holds nothing.
                     teardown::forget(m, &rt);
                     lifecycle::runtime(m, EventKind::RuntimeTornDown, &rt, None);
@@ -230,7 +230,7 @@ async fn install_handler(
     shown: Shown,
     edge: HandlerEdge,
 ) -> Result<(), InstallError> {
-    if lock(&rt.functions).len() >= MAX_FUNCTIONS_PER_RUNTIME {
+    if rt.function_count() >= MAX_FUNCTIONS_PER_RUNTIME {
         return Err(InstallError::Failed(RegisterError::TooManyFunctions {
             limit: MAX_FUNCTIONS_PER_RUNTIME,
         }));
@@ -300,15 +300,14 @@ async fn install_handler(
     }
     // Record and publish in one move under the records lock, only into a
     // runtime no teardown, expiry or lineage end has forgotten meanwhile
-    // (`teardown::forget` marks it under the same lock).
+    // (`teardown::forget` moves it under the same lock).
     let id = fid.as_str().to_string();
     let (spec, handler) = edge(m.me.clone(), &id, rt.lang(), shown);
     {
         let mut records = lock(&m.records);
-        if rt.forgotten.load(std::sync::atomic::Ordering::Acquire) {
+        if !rt.add_function(&id, path) {
             return Err(InstallError::Gone);
         }
-        lock(&rt.functions).insert(id.clone(), path);
         records.serve(&id, rt);
         m.bus.publish(spec, handler);
     }

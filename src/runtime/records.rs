@@ -22,23 +22,14 @@ pub(super) struct Runtime {
     pub(super) namespace: Option<Namespace>,
     /// Calls that run at once, and the queue of the rest.
     pub(super) slots: Arc<Slots>,
-    /// Published function id → module path inside the VM.
-    pub(super) functions: Mutex<HashMap<String, String>>,
-    /// Its guests' token on the guest listener; revoked when it is forgotten.
-    pub(super) token: Mutex<Option<TokenLease>>,
     /// The lineage that owns it (guest code created it), or none (a
     /// trusted caller did).
     pub(super) owner: Option<Lineage>,
-    /// The slot of its owner's budget it holds while it lives.
-    pub(super) permit: Mutex<Option<RunPermit>>,
     /// The lineage its guests belong to.
     pub(super) lineage: Lineage,
-    /// Set by the first `forget`: a runtime leaves the records once, however
-    /// many paths (teardown, expiry, its lineage's end, shutdown) race.
-    pub(super) forgotten: std::sync::atomic::AtomicBool,
-    /// For a trusted caller's runtime: its lineage's life (see
-    /// `Admission::root`).
-    pub(super) root: Mutex<Option<Permit>>,
+    /// Its functions and what it holds while it serves, behind one lock;
+    /// every move checks the state it leaves (`Life`).
+    state: Mutex<State>,
     /// What the inventory shows: handle, created, last used, executions.
     pub(super) meta: meta::Meta,
     /// A kept run's session (its runs share one interpreter), if it asked.
@@ -62,13 +53,16 @@ impl Runtime {
             vm,
             namespace,
             slots: Slots::new(slots),
-            functions: Mutex::new(HashMap::new()),
-            token: Mutex::new(token),
             owner: admitted.owner,
-            permit: Mutex::new(admitted.permit),
             lineage: admitted.lineage,
-            forgotten: Default::default(),
-            root: Mutex::new(admitted.root),
+            state: Mutex::new(State {
+                functions: HashMap::new(),
+                life: Life::Serving(Held {
+                    token,
+                    permit: admitted.permit,
+                    root: admitted.root,
+                }),
+            }),
             meta: meta::Meta::new(),
             session,
         })
@@ -78,6 +72,84 @@ impl Runtime {
     pub(super) fn lang(&self) -> Lang {
         self.vm.lang()
     }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Its published function ids, sorted.
+    pub(super) fn functions(&self) -> Vec<String> {
+        let mut f: Vec<String> = self.state().functions.keys().cloned().collect();
+        f.sort();
+        f
+    }
+
+    pub(super) fn function_count(&self) -> usize {
+        self.state().functions.len()
+    }
+
+    /// Where a published function's module lives in the VM.
+    pub(super) fn module_of(&self, function_id: &str) -> Option<String> {
+        self.state().functions.get(function_id).cloned()
+    }
+
+    /// Its guests' token, while it serves.
+    pub(super) fn with_token<T>(&self, f: impl FnOnce(Option<&TokenLease>) -> T) -> T {
+        match &self.state().life {
+            Life::Serving(held) => f(held.token.as_ref()),
+            Life::Forgotten => f(None),
+        }
+    }
+
+    /// Serving → serving one more function. `false` when it was forgotten
+    /// (the caller then publishes nothing). Called under the records lock.
+    pub(super) fn add_function(&self, function_id: &str, module: String) -> bool {
+        let mut st = self.state();
+        if matches!(st.life, Life::Forgotten) {
+            return false;
+        }
+        st.functions.insert(function_id.to_string(), module);
+        true
+    }
+
+    /// Serving → forgotten, once: its functions (sorted) and what it held,
+    /// for the caller to release. `None` when another path forgot it first.
+    /// Called under the records lock.
+    pub(super) fn forget(&self) -> Option<(Vec<String>, Held)> {
+        let mut st = self.state();
+        let Life::Serving(held) = std::mem::replace(&mut st.life, Life::Forgotten) else {
+            return None;
+        };
+        let mut functions: Vec<String> = st.functions.drain().map(|(k, _)| k).collect();
+        functions.sort();
+        Some((functions, held))
+    }
+}
+
+/// A runtime's functions and its life.
+struct State {
+    /// Published function id → module path inside the VM.
+    functions: HashMap<String, String>,
+    life: Life,
+}
+
+/// Where a runtime is in its life. It leaves the records once, however many
+/// paths (teardown, expiry, its lineage's end, shutdown) race to forget it.
+enum Life {
+    Serving(Held),
+    /// Its functions, token and budget slot are gone.
+    Forgotten,
+}
+
+/// What a serving runtime holds, given back when it is forgotten.
+pub(super) struct Held {
+    /// Its guests' token on the guest listener.
+    pub(super) token: Option<TokenLease>,
+    /// The slot of its owner's budget.
+    pub(super) permit: Option<RunPermit>,
+    /// For a trusted caller's runtime: its lineage's life (see
+    /// `Admission::root`).
+    pub(super) root: Option<Permit>,
 }
 
 impl std::fmt::Debug for Runtime {

@@ -104,7 +104,7 @@ pub(super) fn with_token(mut p: ExecParams, token: Option<&TokenLease>) -> ExecP
 
 /// `p` with `rt`'s guest token in its env.
 pub(super) fn for_runtime(rt: &Runtime, p: ExecParams) -> ExecParams {
-    with_token(p, lock(&rt.token).as_ref())
+    rt.with_token(|token| with_token(p, token))
 }
 
 /// `run` without a runtime, for `caller`: a guest's run joins its lineage

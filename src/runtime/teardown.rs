@@ -28,32 +28,29 @@ pub(super) fn expire(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
 /// Drops `rt`'s record: its functions are unpublished, its guests' token
 /// revoked, its budget slot returned. Its VM is its lease's business.
 pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
-    // One move under the records lock: marked, its functions taken off the
-    // records and the bus. A publish checks the mark under the same lock
-    // (`publish::publish`), so none lands in a forgotten runtime.
-    let fns: Vec<String> = {
+    // One move under the records lock: forgotten, its functions taken off
+    // the records and the bus. A publish adds a function under the same
+    // lock, only to a runtime still serving (`Runtime::add_function`).
+    let (fns, held) = {
         let mut records = lock(&m.records);
-        if rt.forgotten.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        let Some((fns, held)) = rt.forget() else {
             return Vec::new();
-        }
-        let mut f: Vec<String> = lock(&rt.functions).drain().map(|(k, _)| k).collect();
-        f.sort();
-        records.release(rt, &f);
-        for id in &f {
+        };
+        records.release(rt, &fns);
+        for id in &fns {
             m.bus.unpublish(id);
         }
-        f
+        (fns, held)
     };
     // Its guests can no longer connect, and its owner's budget gets the
     // VM back.
-    drop(lock(&rt.token).take());
-    drop(lock(&rt.permit).take());
+    drop(held.token);
+    drop(held.permit);
     if let Some(ns) = &rt.namespace {
         m.tokens.release(ns.as_str());
     }
     // A trusted caller's runtime was its lineage's root.
-    let root = lock(&rt.root).take();
-    if root.is_some() {
+    if let Some(root) = held.root {
         drop(root);
         lineage_end(m, &rt.lineage);
     }
