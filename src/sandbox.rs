@@ -43,6 +43,9 @@ pub enum SandboxError {
     /// payload the daemon's SDK refused).
     #[error("bus error {0}")]
     Bus(#[source] BusError),
+    /// The VM's image could not be made read-only (`seal`): nothing ran.
+    #[error("the VM could not be sealed: {0}")]
+    Unsealed(String),
 }
 
 /// What a failed sandbox call means to the worker: the one place where the
@@ -66,6 +69,8 @@ pub(crate) enum Outcome<'a> {
     Refused { code: &'a str, message: &'a str },
     /// The bus failed before the daemon answered.
     Bus(&'a BusError),
+    /// A mount of the VM stayed writable, so the worker ran nothing in it.
+    Unsealed { message: &'a str },
 }
 
 impl SandboxError {
@@ -95,6 +100,7 @@ impl SandboxError {
                 _ => Outcome::Refused { code, message },
             },
             SandboxError::Bus(b) => Outcome::Bus(b),
+            SandboxError::Unsealed(message) => Outcome::Unsealed { message },
         }
     }
 

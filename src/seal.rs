@@ -32,10 +32,24 @@ pub(crate) fn sealed(mut p: ExecParams) -> ExecParams {
     p
 }
 
+/// How the seal's refusal begins on stderr (`guest/seal.sh`).
+const REFUSAL: &str = "sandbox-code-runner: cannot make the image read-only at";
+
 /// Whether a sealed exec's answer shows the VM sealed: the seal let its
 /// command start (any exit but the seal's refusal).
 pub(crate) fn took(out: &ExecOutput) -> bool {
     out.exit_code.is_some_and(|c| c != REFUSED)
+}
+
+/// The seal's refusal, when a sealed exec's answer is one: the mounts
+/// that stayed writable, said by the seal itself (nothing ran). Guest code
+/// that prints the same and exits 125 only turns its own run into this
+/// error.
+pub(crate) fn refusal(out: &ExecOutput) -> Option<String> {
+    (out.exit_code == Some(REFUSED))
+        .then(|| out.stderr.trim_end())
+        .filter(|e| e.starts_with(REFUSAL))
+        .map(|e| e.trim_start_matches("sandbox-code-runner: ").to_string())
 }
 
 /// What a sealed argv runs once the VM is sealed (`None` when `argv` is
@@ -76,7 +90,25 @@ mod tests {
     #[test]
     fn the_refusal_is_one_exit_status_on_both_sides() {
         assert!(SEAL.contains(&format!("exit {REFUSED}\n")));
+        assert!(SEAL.contains(&format!("printf '{REFUSAL}%s; no code ran")));
         assert!(SEAL.contains(TAG), "the script says how it is called");
+    }
+
+    #[test]
+    fn a_refusal_is_read_off_the_seals_own_words() {
+        let out = |code, stderr: &str| ExecOutput {
+            exit_code: Some(code),
+            stderr: stderr.into(),
+            ..ExecOutput::default()
+        };
+        let said =
+            "sandbox-code-runner: cannot make the image read-only at /usr /home; no code ran\n";
+        assert_eq!(
+            refusal(&out(125, said)).as_deref(),
+            Some("cannot make the image read-only at /usr /home; no code ran")
+        );
+        assert_eq!(refusal(&out(1, said)), None, "any other exit ran");
+        assert_eq!(refusal(&out(125, "Traceback ...")), None, "code's own 125");
     }
 
     #[test]

@@ -1422,3 +1422,21 @@ async fn a_shutdown_during_a_create_reports_it() {
         w.sandbox.ops()
     );
 }
+
+/// A VM whose mounts the seal cannot make read-only runs nothing: the run
+/// fails as the engine's (not the caller's code's) failure, saying why,
+/// and its VM is stopped.
+#[tokio::test]
+async fn a_vm_that_cannot_be_sealed_runs_nothing() {
+    let w = world();
+    w.sandbox.seal_refuses.store(true, Ordering::SeqCst);
+    let out = run(&w, json!({"lang": "python", "code": "print(1)"})).await;
+    let e = out.expect_err("nothing ran");
+    assert_eq!(e.code(), ErrorCode::Engine, "{e}");
+    assert!(e.to_string().contains("read-only at /home"), "{e}");
+    assert!(
+        eventually(|| w.sandbox.live() == 0).await,
+        "{:?}",
+        w.sandbox.ops()
+    );
+}

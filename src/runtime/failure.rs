@@ -31,6 +31,7 @@ pub(super) fn infra_error(e: SandboxError, budget_ms: u64) -> WorkerError {
             b.code,
             redact_uuids(&b.message)
         )),
+        Outcome::Unsealed { message } => WorkerError::Engine(redact_uuids(message)),
     }
 }
 

@@ -131,11 +131,14 @@ impl Vms {
         if self.table.sealed(id) {
             return self.daemon.exec(id, p).await;
         }
-        let out = self.daemon.exec(id, seal::sealed(p)).await;
-        if out.as_ref().is_ok_and(seal::took) {
+        let out = self.daemon.exec(id, seal::sealed(p)).await?;
+        if let Some(why) = seal::refusal(&out) {
+            return Err(SandboxError::Unsealed(why));
+        }
+        if seal::took(&out) {
             self.table.seal_took(id);
         }
-        out
+        Ok(out)
     }
 
     /// Stops `id` on a task of its own, charged to `to` (one call now),

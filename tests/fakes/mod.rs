@@ -60,6 +60,9 @@ pub struct FakeSandbox {
     sealed: Mutex<HashSet<String>>,
     /// Execs that came with the seal in front.
     pub sealed_execs: AtomicUsize,
+    /// The seal refuses, as in a VM whose mounts stay writable: exit 125
+    /// and its words on stderr, nothing run.
+    pub seal_refuses: AtomicBool,
     /// Itself, so a create runs on as the daemon's would when its caller
     /// stops waiting (a request sent on the bus is served).
     me: std::sync::Weak<FakeSandbox>,
@@ -136,6 +139,7 @@ impl FakeSandbox {
             vm_ended: tokio::sync::Notify::new(),
             sealed: Mutex::new(HashSet::new()),
             sealed_execs: AtomicUsize::new(0),
+            seal_refuses: AtomicBool::new(false),
         })
     }
 
@@ -319,6 +323,15 @@ impl SandboxApi for FakeSandbox {
             }
             None => false,
         };
+        if behind_seal && self.seal_refuses.load(Ordering::SeqCst) {
+            return Ok(ExecOutput {
+                stderr:
+                    "sandbox-code-runner: cannot make the image read-only at /home; no code ran\n"
+                        .into(),
+                exit_code: Some(seal::REFUSED),
+                ..ExecOutput::default()
+            });
+        }
         assert!(
             behind_seal || self.sealed.lock().unwrap().contains(id),
             "an exec ran bare in a VM no sealed exec had come back from: {:?}",
