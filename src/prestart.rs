@@ -362,5 +362,20 @@ pub(crate) fn seconds(ms: u64) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
+/// `script` prints `marker` (then the key and `words`, printf's format) as
+/// its verdict line, and reads the key from the variable the worker sets,
+/// then unsets it: one spelling on both sides (guest/PROTOCOL.md,
+/// "Markers"). For the relay's and the session turn's tests.
+#[cfg(test)]
+pub(crate) fn assert_keyed_verdict(script: &str, marker: &str, words: &str) {
+    let shell = marker.replace('\u{1e}', "\\036");
+    assert!(
+        script.contains(&format!("printf '{shell}{words}\\n'")),
+        "the script prints {shell:?}"
+    );
+    assert!(script.contains(&format!("scr_key=${{{VERDICT_KEY_ENV}:-}}")));
+    assert!(script.contains(&format!("unset {VERDICT_KEY_ENV}")));
+}
+
 #[cfg(test)]
 mod tests;

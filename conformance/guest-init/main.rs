@@ -348,10 +348,21 @@ fn remount(fds: &[c_int], body: &[u8]) -> i64 {
         return -22;
     }
     let empty = CString::default();
+    // Read once: the mounts these targets are on now.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let failed = |what: &str, t: &CString| -> i64 {
+        let e = errno();
+        eprintln!(
+            "scr-guest-init: {what} {}: {}",
+            t.to_string_lossy(),
+            std::io::Error::from_raw_os_error(e)
+        );
+        -(e as i64)
+    };
     let mut result = 0;
     for (t, fd) in targets.iter().zip(fds) {
         // A mount the guest made read-only stays so under the fresh one.
-        if read_only(t) {
+        if read_only(&table, t) {
             let attr = [MOUNT_ATTR_RDONLY, 0u64, 0, 0];
             // SAFETY: mount_setattr of a detached mount fd, with an empty
             // NUL-terminated path and a mount_attr of its size.
@@ -366,12 +377,7 @@ fn remount(fds: &[c_int], body: &[u8]) -> i64 {
                 )
             };
             if r != 0 {
-                result = -(errno() as i64);
-                eprintln!(
-                    "scr-guest-init: keeping {} read-only: {}",
-                    t.to_string_lossy(),
-                    std::io::Error::from_raw_os_error(-result as i32)
-                );
+                result = failed("keeping read-only", t);
                 continue;
             }
         }
@@ -387,22 +393,15 @@ fn remount(fds: &[c_int], body: &[u8]) -> i64 {
             )
         };
         if r != 0 {
-            result = -(errno() as i64);
-            eprintln!(
-                "scr-guest-init: mount {}: {}",
-                t.to_string_lossy(),
-                std::io::Error::from_raw_os_error(-result as i32)
-            );
+            result = failed("mount", t);
         }
     }
     result
 }
 
-/// Whether the topmost mount at `target` is read-only in this sandbox.
-fn read_only(target: &CString) -> bool {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
+/// Whether the topmost mount at `target` in `table` (this sandbox's
+/// `/proc/self/mountinfo`) is read-only.
+fn read_only(table: &str, target: &CString) -> bool {
     let target = target.to_string_lossy();
     table
         .lines()

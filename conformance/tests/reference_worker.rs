@@ -45,6 +45,18 @@ fn node_bundle() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `--node-sdk-bundle <bundle>`, so node runtimes get `iii`; nothing (and a
+/// note) when build.rs has not made the bundle.
+fn node_bundle_args() -> Vec<String> {
+    match node_bundle() {
+        Some(b) => vec!["--node-sdk-bundle".into(), b.display().to_string()],
+        None => {
+            eprintln!("note: no npm SDK bundle under <target>/guest-npm (build.rs makes it): node runtimes get no iii");
+            Vec::new()
+        }
+    }
+}
+
 /// The reference worker's command line, in `--code-runner` mode or not.
 async fn reference_command(extra: &[&str]) -> WorkerCommand {
     reference_command_with(extra, true).await
@@ -78,6 +90,17 @@ async fn run_against_reference(
     golden: Option<PathBuf>,
     jobs: usize,
 ) -> Report {
+    run_cases(target, cmd, golden, jobs, Vec::new()).await
+}
+
+/// Runs the cases `filters` select (every one when empty) for `target`.
+async fn run_cases(
+    target: &str,
+    cmd: WorkerCommand,
+    golden: Option<PathBuf>,
+    jobs: usize,
+    filters: Vec<String>,
+) -> Report {
     let mut options = SuiteOptions::new(
         target,
         Mode::Hermetic {
@@ -86,6 +109,7 @@ async fn run_against_reference(
     );
     options.jobs = jobs;
     options.golden = golden;
+    options.filters = filters;
     options.progress = false;
     let report = run(options).await.expect("the suite runs");
     eprint!("{}", report.summary_text());
@@ -165,6 +189,18 @@ fn assert_every_listed_case_fails(report: &Report, expectations: &Path) {
     }
 }
 
+/// Each case of `ids` ran in `report` with a verdict `ok` accepts.
+fn assert_each(report: &Report, ids: &[&str], ok: impl Fn(Verdict) -> bool, why: &str) {
+    for id in ids {
+        let case = report.cases.iter().find(|c| c.id == *id);
+        assert!(
+            case.is_some_and(|c| ok(c.verdict)),
+            "{id} {why}: {:?}",
+            case.map(|c| (c.verdict, &c.message, &c.reason))
+        );
+    }
+}
+
 /// The assertions shared by both modes.
 fn assert_only_listed_failures(report: &Report) {
     let unexpected = report.unexpected_lines();
@@ -190,14 +226,8 @@ fn assert_only_listed_failures(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_000_mode_with_its_drafted_profile_fails_exactly_its_listed_cases() {
-    let bundle = node_bundle().map(|p| p.display().to_string());
-    let extra: Vec<&str> = match &bundle {
-        Some(b) => vec!["--node-sdk-bundle", b],
-        None => {
-            eprintln!("note: no npm SDK bundle under <target>/guest-npm (build.rs makes it): node runtimes get no iii");
-            vec![]
-        }
-    };
+    let bundle = node_bundle_args();
+    let extra: Vec<&str> = bundle.iter().map(String::as_str).collect();
     let cmd = reference_command(&extra).await;
     let text = drafted_profile(&cmd).await;
     let drafted: Target = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -230,22 +260,20 @@ async fn seed_000_mode_with_its_drafted_profile_fails_exactly_its_listed_cases()
     let report = run_against_reference("reference", cmd, Some(golden.clone()), 4).await;
     assert_only_listed_failures(&report);
     assert_every_listed_case_fails(&report, &real.expectations("reference"));
-    for id in [
-        "register.parallel-calls",
-        "register.parallel-calls-fair",
-        "register.formats-shown",
-        "register.self-call-answers",
-        "run.node.either-form",
-        "run.session.opt-in",
-        "config.sessions-setting",
-    ] {
-        let case = report.cases.iter().find(|c| c.id == id);
-        assert!(
-            case.is_some_and(|c| matches!(c.verdict, Verdict::Pass | Verdict::Skip)),
-            "{id} asserts this project's choice: it must not fail a seed-faithful worker: {:?}",
-            case.map(|c| (c.verdict, &c.message, &c.reason))
-        );
-    }
+    assert_each(
+        &report,
+        &[
+            "register.parallel-calls",
+            "register.parallel-calls-fair",
+            "register.formats-shown",
+            "register.self-call-answers",
+            "run.node.either-form",
+            "run.session.opt-in",
+            "config.sessions-setting",
+        ],
+        |v| matches!(v, Verdict::Pass | Verdict::Skip),
+        "asserts this project's choice: it must not fail a seed-faithful worker",
+    );
     let _ = std::fs::remove_dir_all(golden);
 }
 
@@ -256,19 +284,17 @@ async fn code_runner_mode_fails_exactly_its_listed_cases() {
     assert_only_listed_failures(&report);
     let real = Golden::locate(None).expect("golden directory");
     assert_every_listed_case_fails(&report, &real.expectations("code-runner-reference"));
-    for id in [
-        "run.result.python-null",
-        "run.result-cap.python",
-        "run.keep.globals-persist",
-        "register.reregister-replaces",
-    ] {
-        let case = report.cases.iter().find(|c| c.id == id);
-        assert!(
-            case.is_some_and(|c| c.verdict == Verdict::Pass),
-            "{id} must run and pass in code-runner mode: {:?}",
-            case.map(|c| (c.verdict, &c.message, &c.reason))
-        );
-    }
+    assert_each(
+        &report,
+        &[
+            "run.result.python-null",
+            "run.result-cap.python",
+            "run.keep.globals-persist",
+            "register.reregister-replaces",
+        ],
+        |v| v == Verdict::Pass,
+        "must run and pass in code-runner mode",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,21 +350,10 @@ async fn divergent_verdicts(
     cases: &[&str],
 ) -> Vec<(String, Verdict)> {
     let mut cmd = reference_command_with(extra, wheels).await;
-    if let Some(bundle) = node_bundle() {
-        cmd.args.push("--node-sdk-bundle".into());
-        cmd.args.push(bundle.display().to_string());
-    }
-    let mut options = SuiteOptions::new(
-        "reference",
-        Mode::Hermetic {
-            worker_cmd: Some(cmd),
-        },
-    );
-    options.filters = primers.iter().chain(cases).map(|c| c.to_string()).collect();
-    options.jobs = if primers.is_empty() { cases.len() } else { 1 };
-    options.progress = false;
-    let report = run(options).await.expect("the suite runs");
-    eprint!("{}", report.summary_text());
+    cmd.args.extend(node_bundle_args());
+    let filters = primers.iter().chain(cases).map(|c| c.to_string()).collect();
+    let jobs = if primers.is_empty() { cases.len() } else { 1 };
+    let report = run_cases("reference", cmd, None, jobs, filters).await;
     cases
         .iter()
         .map(|id| {

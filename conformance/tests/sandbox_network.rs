@@ -28,6 +28,30 @@ async fn call(c: &IIIClient, function_id: &str, payload: Value) -> Value {
     .unwrap_or_else(|e| panic!("{function_id} {payload}: {e:?}"))
 }
 
+/// A stand-in engine, a daemon double with `limits` on it, and a client.
+struct Net {
+    engine: StandInEngine,
+    double: SandboxDouble,
+    c: IIIClient,
+}
+
+impl Net {
+    async fn start(limits: SandboxLimits) -> Net {
+        let engine = StandInEngine::start(0).await.expect("engine");
+        let double = SandboxDouble::start(&engine.url(), limits)
+            .await
+            .expect("double");
+        let c = common::client(&engine.url(), "network-test").await;
+        Net { engine, double, c }
+    }
+
+    async fn stop(self) {
+        self.c.shutdown_async().await;
+        self.double.shutdown().await;
+        self.engine.shutdown().await;
+    }
+}
+
 /// A fresh `network:true` python sandbox: its id.
 async fn network_sandbox(c: &IIIClient) -> String {
     call(
@@ -79,11 +103,8 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
         eprintln!("skipped: {why}");
         return;
     }
-    let engine = StandInEngine::start(0).await.expect("engine");
-    let double = SandboxDouble::start(&engine.url(), SandboxLimits::default())
-        .await
-        .expect("double");
-    let c = common::client(&engine.url(), "network-test").await;
+    let net = Net::start(SandboxLimits::default()).await;
+    let c = &net.c;
     // Two host services: one on 127.0.0.1 (what the gateway forwards to),
     // one on the host-only 127.0.0.2 (where a main listener belongs).
     let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -93,7 +114,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
         on_two.local_addr().unwrap().port(),
     );
     let id = call(
-        &c,
+        c,
         "sandbox::create",
         json!({"image": "python", "network": true, "env": {"SVC": format!("ws://127.0.0.1:{p1}")}}),
     )
@@ -107,7 +128,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
         ("127.0.0.2", p2),
         (GATEWAY, p2),
     ]);
-    let out = exec_in(&c, &id, json!(["python3", "-c", code])).await;
+    let out = exec_in(c, &id, json!(["python3", "-c", code])).await;
     assert_eq!(
         out["stdout"], "open\nclosed\nclosed\nclosed\n",
         "gateway→host 127.0.0.1 open; guest's own loopback, host 127.0.0.2 closed: {out}"
@@ -116,7 +137,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
     // The create-time env points at the gateway, and the default route
     // (outbound traffic) leaves through it.
     let out = exec_in(
-        &c,
+        c,
         &id,
         json!([
             "sh",
@@ -129,21 +150,18 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
 
     // Each sandbox has a network of its own, and two execs of one sandbox
     // share it (one network per VM): compare namespace identities.
-    let other = network_sandbox(&c).await;
-    let ns_of = |sid: String| {
-        let c = &c;
-        async move {
-            call(
-                c,
-                "sandbox::exec",
-                json!({"sandbox_id": sid, "argv": ["readlink", "/proc/self/ns/net"]}),
-            )
-            .await["stdout"]
-                .as_str()
-                .unwrap()
-                .trim()
-                .to_string()
-        }
+    let other = network_sandbox(c).await;
+    let ns_of = |sid: String| async move {
+        call(
+            c,
+            "sandbox::exec",
+            json!({"sandbox_id": sid, "argv": ["readlink", "/proc/self/ns/net"]}),
+        )
+        .await["stdout"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .to_string()
     };
     let (a1, a2, b) = (
         ns_of(id.clone()).await,
@@ -158,9 +176,7 @@ async fn the_gateway_reaches_the_hosts_127_0_0_1_and_nothing_else() {
     assert_eq!(a1, a2, "execs of one sandbox share its network");
     assert_ne!(a1, b, "two sandboxes share a network");
     assert_ne!(a1, host, "a sandbox uses the host's network");
-    c.shutdown_async().await;
-    double.shutdown().await;
-    engine.shutdown().await;
+    net.stop().await;
 }
 
 /// `package_route: unreachable`: the gateway (where the engine is) still
@@ -173,18 +189,15 @@ async fn an_unreachable_package_route_keeps_the_gateway_and_drops_the_rest() {
         eprintln!("skipped: {why}");
         return;
     }
-    let engine = StandInEngine::start(0).await.expect("engine");
-    let limits = SandboxLimits {
+    let net = Net::start(SandboxLimits {
         package_route: PackageRoute::Unreachable,
         ..SandboxLimits::default()
-    };
-    let double = SandboxDouble::start(&engine.url(), limits)
-        .await
-        .expect("double");
-    let c = common::client(&engine.url(), "network-test").await;
+    })
+    .await;
+    let c = &net.c;
     let on_one = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let p1 = on_one.local_addr().unwrap().port();
-    let id = network_sandbox(&c).await;
+    let id = network_sandbox(c).await;
     // 192.0.2.1 (TEST-NET-1) stands for any address beyond the gateway.
     let code = format!(
         "import socket, time\n\
@@ -194,16 +207,14 @@ async fn an_unreachable_package_route_keeps_the_gateway_and_drops_the_rest() {
          try:\n    socket.create_connection(('192.0.2.1', 443), 20).close()\n    print('beyond open')\n\
          except OSError:\n    print('beyond failed after', 'a wait' if time.monotonic() - t >= 1 else 'no wait')"
     );
-    let out = exec_in(&c, &id, json!(["python3", "-c", code])).await;
+    let out = exec_in(c, &id, json!(["python3", "-c", code])).await;
     assert_eq!(
         out["stdout"], "gateway open\nbeyond failed after a wait\n",
         "{out}"
     );
     // The default route leads to 10.0.2.99, not slirp's 10.0.2.2.
-    let out = exec_in(&c, &id, json!(["sh", "-c", "grep -c '^tap0\t00000000\t6302000A' /proc/net/route; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"])).await;
+    let out = exec_in(c, &id, json!(["sh", "-c", "grep -c '^tap0\t00000000\t6302000A' /proc/net/route; grep -c '^tap0\t00000000\t0202000A' /proc/net/route"])).await;
     assert_eq!(out["stdout"], "1\n0\n", "{out}");
-    call(&c, "sandbox::stop", json!({"sandbox_id": id})).await;
-    c.shutdown_async().await;
-    double.shutdown().await;
-    engine.shutdown().await;
+    call(c, "sandbox::stop", json!({"sandbox_id": id})).await;
+    net.stop().await;
 }

@@ -409,11 +409,5 @@ fn a_cold_exec_starts_the_next_interpreter_without_the_calls_env() {
 /// worker sets, then unsets it.
 #[test]
 fn the_relays_verdict_is_one_marker_on_both_sides() {
-    let shell = VERDICT.replace('\u{1e}', "\\036");
-    assert!(
-        RELAY_FORK_SH.contains(&format!("printf '{shell}%s %s\\n'")),
-        "relay_fork.sh prints {shell:?}"
-    );
-    assert!(RELAY_FORK_SH.contains(&format!("scr_key=${{{VERDICT_KEY_ENV}:-}}")));
-    assert!(RELAY_FORK_SH.contains(&format!("unset {VERDICT_KEY_ENV}")));
+    assert_keyed_verdict(RELAY_FORK_SH, VERDICT, "%s %s");
 }

@@ -342,12 +342,5 @@ fn a_sessions_interpreter_is_not_root(#[case] lang: Lang, #[case] code: &str) {
 /// (guest/PROTOCOL.md, "Markers").
 #[test]
 fn the_turns_verdict_is_one_marker_on_both_sides() {
-    let shell = VERDICT.replace('\u{1e}', "\\036");
-    assert!(
-        TURN_SH.contains(&format!("printf '{shell}%s %s %s\\n'")),
-        "turn.sh prints {shell:?}"
-    );
-    let key = crate::prestart::VERDICT_KEY_ENV;
-    assert!(TURN_SH.contains(&format!("scr_key=${{{key}:-}}")));
-    assert!(TURN_SH.contains(&format!("unset {key}")));
+    crate::prestart::assert_keyed_verdict(TURN_SH, VERDICT, "%s %s %s");
 }
