@@ -608,3 +608,73 @@ fn the_import_reader_sees_every_form() {
     let text = "use super::a::X;\nuse super::{b, c::Y, lock, Manager};\nlet z = super::d::f();";
     assert_eq!(runtime_imports(text, &siblings), ["a", "b", "c", "d"]);
 }
+
+/// Whether a source names `Manager` outside its `#[cfg(test)]` items.
+fn names_the_manager(text: &str) -> bool {
+    #[derive(Default)]
+    struct Seen(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Seen {
+        fn visit_ident(&mut self, i: &'ast proc_macro2::Ident) {
+            self.0 |= i == "Manager";
+        }
+        fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+            let for_tests = m.attrs.iter().any(|a| {
+                a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+            });
+            if !for_tests {
+                syn::visit::visit_item_mod(self, m);
+            }
+        }
+    }
+    let file = syn::parse_file(text).expect("the worker's sources parse");
+    let mut seen = Seen::default();
+    syn::visit::visit_file(&mut seen, &file);
+    seen.0
+}
+
+/// The runtime's pieces take narrow views, never the whole `Manager`: the
+/// VM table and its door, the records, a runtime's slots and session, the
+/// exec a call becomes (`ready`: whether interpreters pre-start), the SDK's
+/// planting (`python_sdk::Planting`: the archive cache, the install budget,
+/// who hears of an archive), and the error mapping. Only the operations
+/// that compose them (ARCHITECTURE.md's code map) hold the manager.
+#[rstest::rstest]
+fn a_piece_of_the_runtime_never_sees_the_manager(
+    #[values(
+        "records.rs",
+        "vms.rs",
+        "lease.rs",
+        "daemon.rs",
+        "slots.rs",
+        "meta.rs",
+        "session.rs",
+        "ready.rs",
+        "sdk.rs",
+        "python_sdk.rs",
+        "errors.rs",
+        "failure.rs"
+    )]
+    piece: &str,
+) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/runtime")
+        .join(piece);
+    let text = std::fs::read_to_string(&path).expect("the piece exists");
+    assert!(
+        !names_the_manager(&text),
+        "src/runtime/{piece} takes a narrow view, not the Manager"
+    );
+}
+
+#[test]
+fn the_manager_reader_sees_a_use_a_type_and_a_path() {
+    assert!(names_the_manager("use super::Manager;"));
+    assert!(names_the_manager("fn f(m: &Manager) {}"));
+    assert!(names_the_manager(
+        "fn f() { let _ = super::Manager::new(); }"
+    ));
+    assert!(!names_the_manager("fn f(m: &Vms) {}"));
+    assert!(!names_the_manager(
+        "#[cfg(test)]\nmod tests { use super::super::Manager; }"
+    ));
+}

@@ -225,8 +225,6 @@ impl From<TeardownError> for WorkerError {
 pub enum HandlerCallError {
     #[error("the function's runtime is gone")]
     RuntimeGone,
-    #[error("the function was unregistered")]
-    Unregistered,
     #[error("the namespace runtime's VM was reaped")]
     Expired,
     #[error("executing the handler")]
@@ -248,9 +246,6 @@ impl From<HandlerCallError> for WorkerError {
         match e {
             HandlerCallError::RuntimeGone => {
                 WorkerError::RuntimeNotFound("the function's runtime is gone".into())
-            }
-            HandlerCallError::Unregistered => {
-                WorkerError::RuntimeNotFound("the function was unregistered".into())
             }
             HandlerCallError::Expired => WorkerError::Expired(EXPIRED_FUNCTION.into()),
             HandlerCallError::Exec(d) => d.into_wire(),

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::records::Runtime;
-use super::{lock, Manager};
+use super::Manager;
 use crate::events::now_ms;
 use crate::ids::Lang;
 
@@ -85,8 +85,8 @@ pub struct Inventory {
 
 pub(super) fn entry(m: &Manager, rt: &Runtime, vm: Liveness) -> RuntimeEntry {
     let ttl = m.config.idle_ttl_secs;
+    let functions = m.book.lock().functions_of(rt);
     let m = &rt.meta;
-    let functions = rt.functions();
     let last = m.last_used_ms.load(Ordering::Relaxed);
     RuntimeEntry {
         handle: m.handle.clone(),
@@ -125,7 +125,7 @@ pub(super) async fn list(m: &Manager) -> Inventory {
             ),
         ),
     };
-    let rts: Vec<std::sync::Arc<Runtime>> = lock(&m.records).runtimes();
+    let rts: Vec<std::sync::Arc<Runtime>> = m.book.lock().runtimes();
     let mut runtimes: Vec<RuntimeEntry> = rts
         .iter()
         .map(|rt| {

@@ -6,7 +6,7 @@ use super::errors::{DaemonFailure, HandlerCallError};
 use super::failure::tail;
 use super::ready::{self, Then};
 use super::run::for_runtime;
-use super::{lock, teardown, Manager};
+use super::{teardown, Manager};
 use crate::error::redact_uuids;
 use crate::guest::{self, Frame, InvokeMode};
 use crate::wire::HandlerPayload;
@@ -30,12 +30,11 @@ pub(super) async fn call(
     caller: &str,
     how: CallOrigin,
 ) -> Result<Value, HandlerCallError> {
-    let rt = lock(&m.records)
+    let (rt, path) = m
+        .book
+        .lock()
         .serving(function_id)
         .ok_or(HandlerCallError::RuntimeGone)?;
-    let path = rt
-        .module_of(function_id)
-        .ok_or(HandlerCallError::Unregistered)?;
     let budget = m.config.clamp_timeout(None);
     let secret = guest::new_secret();
     let slot = match &how {
@@ -58,7 +57,14 @@ pub(super) async fn call(
         budget,
     );
     let slots = rt.slots.size();
-    let out = ready::exec_call(m, &rt.vm, for_runtime(&rt, p), Then::ServesAgain, slots).await;
+    let out = ready::exec_call(
+        m.config.prestart,
+        &rt.vm,
+        for_runtime(m, &rt, p),
+        Then::ServesAgain,
+        slots,
+    )
+    .await;
     drop(timed);
     drop(slot);
     let out = match out {

@@ -5,22 +5,25 @@
 //! - `vms`: the table of every VM (one state each), `SandboxId`.
 //! - `lease`: `VmLease`, the only way to exec in or stop a VM; the one stop.
 //! - `daemon`: the one door to `sandbox::*`, every call charged.
-//! - `records`: runtime records; `VmNaming`.
+//! - `records`: the runtime records behind one lock (`Book`); `VmNaming`.
 //! - `run`, `publish`, `invoke`, `teardown`, `inventory`, `sweep`,
 //!   `shutdown`: the operations.
-//! - `warm`: the warm pool's refills and hand-outs.
+//! - `acquire`, `pool`: a VM for one tenant; the warm pool's upkeep.
 //! - `ready`: the exec a call or run becomes (pre-started interpreters).
 //! - `lifeline`: one-shot stops that answer once the VM is gone.
-//! - `lineage`: a lineage ends with its root.
+//! - `lifecycle`, `meta`: the lifecycle events; a runtime's bookkeeping.
 //! - `sdk`, `python_sdk`: the guest SDK in a VM.
+//! - `slots`, `session`: a runtime's call slots; a kept runtime's session.
 //! - `errors`, `failure`: one error per operation, daemon outcomes mapped.
+//!
+//! The operations take the `Manager`; the pieces below them take narrow
+//! views (`tests/layering.rs` keeps it so).
 //!
 //! It speaks typed requests and typed errors; JSON and the wire envelope
 //! stay in `functions` and `wire`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::bus::Bus;
@@ -41,7 +44,6 @@ mod invoke;
 mod lease;
 mod lifecycle;
 mod lifeline;
-mod lineage;
 mod meta;
 mod pool;
 mod publish;
@@ -67,7 +69,7 @@ pub use shutdown::ShutdownReport;
 
 use invoke::CallOrigin;
 use lease::Vms;
-use records::{NamespaceGate, Records};
+use records::Book;
 
 /// Largest `code` or `source` accepted.
 pub(crate) const MAX_SOURCE_BYTES: usize = 1 << 20;
@@ -81,12 +83,12 @@ pub(crate) const MAX_FUNCTIONS_PER_RUNTIME: usize = 64;
 pub struct Manager {
     /// Every VM this worker knows, and the door to the daemon.
     vms: Arc<Vms>,
-    records: Mutex<Records>,
-    namespace_locks: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
+    /// The runtime records (one lock), the namespace gates, the module
+    /// sequence.
+    book: Book,
     bus: Arc<dyn Bus>,
     config: Config,
     naming: VmNaming,
-    seq: AtomicU64,
     stats: Stats,
     /// Tokens of guests on the guest listener (`guest_url`).
     tokens: Arc<GuestTokens>,
@@ -99,10 +101,6 @@ pub struct Manager {
     /// one-shot runs go without lifelines from then on.
     lifelines_off: AtomicBool,
     me: Weak<Manager>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Manager {
@@ -134,8 +132,7 @@ impl Manager {
         );
         Arc::new_cyclic(|me| Manager {
             vms: Vms::new(daemon, config.warm_pool),
-            records: Mutex::new(Records::default()),
-            namespace_locks: Mutex::new(HashMap::new()),
+            book: Book::default(),
             events,
             tenants,
             stats: Stats::default(),
@@ -144,7 +141,6 @@ impl Manager {
             bus,
             config,
             naming,
-            seq: AtomicU64::new(0),
             tokens: GuestTokens::new(),
             me: me.clone(),
         })
@@ -266,6 +262,30 @@ impl Manager {
         pool::plant_pooled(self);
     }
 
+    /// What planting the python SDK needs of the manager (see
+    /// `python_sdk::Planting`).
+    fn planting<'a>(&'a self, archived: &'a (dyn Fn() + Send + Sync)) -> python_sdk::Planting<'a> {
+        python_sdk::Planting {
+            cache: &self.python_sdk,
+            budget_ms: self.config.sdk_install_timeout_ms,
+            archived,
+        }
+    }
+
+    /// Makes `iii` importable in `vm` (see `sdk::prepare`); a fresh python
+    /// archive is planted in the pool's VMs too.
+    async fn prepare_sdk(&self, vm: &lease::VmLease, pristine: bool) -> Result<(), SandboxError> {
+        let archived = || self.plant_pooled();
+        sdk::prepare(self.planting(&archived), vm, pristine).await
+    }
+
+    /// Plants the archived python SDK in a pooled `vm` (see
+    /// `python_sdk::plant_archived`).
+    async fn plant_archived(&self, vm: &lease::VmLease) -> Result<bool, SandboxError> {
+        let archived = || self.plant_pooled();
+        python_sdk::plant_archived(self.planting(&archived), vm).await
+    }
+
     /// Stops every VM this worker owns and unpublishes every function,
     /// within 30 s (see [`Manager::shutdown_within`]).
     pub async fn shutdown(&self) -> ShutdownReport {
@@ -312,7 +332,7 @@ impl Manager {
 
     /// Whether `function_id` is one of the handlers this worker published.
     pub(crate) fn serves(&self, function_id: &str) -> bool {
-        lock(&self.records).serving(function_id).is_some()
+        self.book.lock().serving(function_id).is_some()
     }
 
     /// The guest tenants' budgets.
@@ -352,6 +372,6 @@ impl Manager {
 
     /// Number of live runtime records (for tests and metrics).
     pub fn runtime_count(&self) -> usize {
-        lock(&self.records).runtime_count()
+        self.book.lock().runtime_count()
     }
 }

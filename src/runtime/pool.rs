@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::lease::VmLease;
-use super::{python_sdk, ready, Manager};
+use super::{ready, Manager};
 use crate::error::redact_uuids;
 use crate::ids::Lang;
 use crate::metering::charged;
@@ -49,13 +49,13 @@ where
 /// A pooled python VM with the archived SDK planted when there is one,
 /// then an interpreter waiting; back in the pool.
 async fn with_sdk_planted(m: &Manager, vm: VmLease) {
-    match python_sdk::plant_archived(m, &vm).await {
+    match m.plant_archived(&vm).await {
         Ok(planted) => {
             if planted {
                 vm.sdk_prepared();
             }
             // After the SDK, so the waiting interpreter has it loaded.
-            ready::start_waiting(m, &vm).await;
+            ready::start_waiting(m.config.prestart, &vm).await;
             vm.into_pool();
         }
         Err(e) => {
@@ -84,7 +84,7 @@ async fn warm_one(m: &Manager, created: Result<VmLease, SandboxError>) {
     match vm.exec(warm).await {
         Ok(_) if vm.lang() == Lang::Python => with_sdk_planted(m, vm).await,
         Ok(_) => {
-            ready::start_waiting(m, &vm).await;
+            ready::start_waiting(m.config.prestart, &vm).await;
             vm.into_pool();
         }
         Err(e) => {

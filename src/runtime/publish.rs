@@ -2,7 +2,6 @@
 //! the bus), the namespace runtime, loading the handler in it, and
 //! publishing it on the bus.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use serde_json::Value;
@@ -13,7 +12,7 @@ use super::lifecycle;
 use super::ready::{self, Then};
 use super::records::{Records, Runtime};
 use super::run::for_runtime;
-use super::{acquire, lineage, lock, sdk, teardown, Manager, MAX_FUNCTIONS_PER_RUNTIME};
+use super::{acquire, teardown, Manager, MAX_FUNCTIONS_PER_RUNTIME};
 use crate::bus::FunctionSpec;
 use crate::events::EventKind;
 use crate::guest::{self, Frame, FrameError, InvokeMode};
@@ -109,11 +108,11 @@ pub(super) async fn register(
     } = handler;
     let source = source.as_str();
     let id = fid.as_str().to_string();
-    if !lock(&m.records).reserve(&id) {
+    if !m.book.lock().reserve(&id) {
         return Err(RegisterError::IdTaken);
     }
     let result = register_reserved(m, caller, &fid, lang, source, shown, edge).await;
-    lock(&m.records).unreserve(&id);
+    m.book.lock().unreserve(&id);
     result
 }
 
@@ -144,7 +143,7 @@ async fn register_reserved(
             }
             Err(InstallError::Gone) => return Err(RegisterError::Expired),
             Err(InstallError::Failed(e)) => {
-                if fresh && rt.function_count() == 0 {
+                if fresh && m.book.lock().function_count(&rt) == 0 {
                     // Do not keep a VM for a namespace that holds nothing.
                     teardown::forget(m, &rt);
                     lifecycle::runtime(m, EventKind::RuntimeTornDown, &rt, None);
@@ -165,7 +164,7 @@ fn check_namespace_owner(
     caller: &Caller,
     ns: &Namespace,
 ) -> Result<(), RegisterError> {
-    owned_by_another(&lock(&m.records), &m.tokens, caller, ns)
+    owned_by_another(&m.book.lock(), &m.tokens, caller, ns)
 }
 
 /// The runtime of (namespace, lang), created on first use.
@@ -175,14 +174,10 @@ async fn namespace_runtime(
     ns: &Namespace,
     lang: Lang,
 ) -> Result<(Arc<Runtime>, bool), RegisterError> {
-    let key = (ns.clone(), lang);
-    let gate = lock(&m.namespace_locks)
-        .entry(key.clone())
-        .or_default()
-        .clone();
+    let gate = m.book.gate(ns, lang);
     let _held = gate.lock().await;
     check_namespace_owner(m, caller, ns)?;
-    if let Some(rt) = lock(&m.records).namespace_runtime(ns, lang) {
+    if let Some(rt) = m.book.lock().namespace_runtime(ns, lang) {
         return Ok((rt, false));
     }
     let admitted = m.tenants.admit(caller).map_err(RegisterError::Tenant)?;
@@ -191,7 +186,7 @@ async fn namespace_runtime(
     })?;
     let id = RuntimeId::generate();
     let token = m.mint_guest_token(Some(ns), &admitted);
-    let rt = Runtime::new(
+    let (rt, held) = Runtime::new(
         id,
         acquired.vm,
         Some(ns.clone()),
@@ -200,18 +195,18 @@ async fn namespace_runtime(
         admitted,
         None,
     );
-    if rt.owner.is_some() && !lineage::lives(m, &rt.lineage) {
+    if rt.owner.is_some() && !m.tenants.root_alive(&rt.lineage) {
         // Its root ended while the VM booted: nobody could reach it.
         rt.vm.stop().await;
         return Err(RegisterError::Expired);
     }
     let adopted = {
-        let mut st = lock(&m.records);
+        let mut st = m.book.lock();
         // Another lineage may have taken the namespace (in its other
         // language) while this VM booted.
         owned_by_another(&st, &m.tokens, caller, ns).map(|()| {
             m.tokens.hold(ns.as_str(), rt.owner.as_ref());
-            st.adopt(rt.clone());
+            st.adopt(rt.clone(), held);
         })
     };
     if let Err(e) = adopted {
@@ -230,13 +225,13 @@ async fn install_handler(
     shown: Shown,
     edge: HandlerEdge,
 ) -> Result<(), InstallError> {
-    if rt.function_count() >= MAX_FUNCTIONS_PER_RUNTIME {
+    if m.book.lock().function_count(rt) >= MAX_FUNCTIONS_PER_RUNTIME {
         return Err(InstallError::Failed(RegisterError::TooManyFunctions {
             limit: MAX_FUNCTIONS_PER_RUNTIME,
         }));
     }
     let budget = m.config.clamp_timeout(None);
-    let seq = m.seq.fetch_add(1, Ordering::Relaxed);
+    let seq = m.book.next_seq();
     let path = guest::handler_module_path(rt.lang(), seq, fid.as_str());
     let slot = rt.slots.acquire(REGISTRATIONS).await;
     let gone_or = |e: SandboxError| {
@@ -248,7 +243,7 @@ async fn install_handler(
     };
     rt.vm.write_file(&path, source).await.map_err(gone_or)?;
     if !rt.vm.has_sdk() && guest::names_iii(source) {
-        sdk::prepare(m, &rt.vm, rt.vm.pristine())
+        m.prepare_sdk(&rt.vm, rt.vm.pristine())
             .await
             .map_err(gone_or)?;
     }
@@ -264,9 +259,9 @@ async fn install_handler(
     );
     rt.vm.tenant_code_ran();
     let out = ready::exec_call(
-        m,
+        m.config.prestart,
         &rt.vm,
-        for_runtime(rt, check),
+        for_runtime(m, rt, check),
         Then::ServesAgain,
         rt.slots.size(),
     )
@@ -304,11 +299,10 @@ async fn install_handler(
     let id = fid.as_str().to_string();
     let (spec, handler) = edge(m.me.clone(), &id, rt.lang(), shown);
     {
-        let mut records = lock(&m.records);
-        if !rt.add_function(&id, path) {
+        let mut records = m.book.lock();
+        if !records.publish(rt, &id, path) {
             return Err(InstallError::Gone);
         }
-        records.serve(&id, rt);
         m.bus.publish(spec, handler);
     }
     tracing::info!(function_id = fid.as_str(), lang = %rt.lang(), "published a handler");

@@ -10,15 +10,24 @@ use std::time::Instant;
 use base64::Engine as _;
 
 use super::lease::VmLease;
-use super::Manager;
 use crate::error::redact_uuids;
 use crate::guest;
 use crate::metering::charge_install;
 use crate::python_sdk::{
-    hex_sha256, nanos, parse_packed, Archive, ARCHIVE_PATH, CHUNK_DIR, MAX_ARCHIVE_BYTES,
-    PARALLEL_WRITES, SLICE, UNPACK_KEY_DIFFERS,
+    hex_sha256, nanos, parse_packed, Archive, PySdkCache, ARCHIVE_PATH, CHUNK_DIR,
+    MAX_ARCHIVE_BYTES, PARALLEL_WRITES, SLICE, UNPACK_KEY_DIFFERS,
 };
 use crate::sandbox::{ExecParams, SandboxError, Streamed};
+
+/// What planting the python SDK in a VM reads and tells: the worker's
+/// archive cache, the install budget, and who hears of a fresh archive (the
+/// pool, to plant the VMs it holds). Nothing else of the manager.
+#[derive(Clone, Copy)]
+pub(super) struct Planting<'a> {
+    pub(super) cache: &'a PySdkCache,
+    pub(super) budget_ms: u64,
+    pub(super) archived: &'a (dyn Fn() + Send + Sync),
+}
 
 /// `python3 -Ic sdk_archive.py <args…>` with the SDK budget (isolated:
 /// it runs as root, in the guest's cwd).
@@ -51,11 +60,15 @@ enum Planted {
 /// in this VM, so what it installs may be archived for other VMs.
 /// Only a VM that is gone is an error; any other failure leaves the
 /// SDK absent and the guest's `iii` explains.
-pub(crate) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result<(), SandboxError> {
-    let cache = m.python_sdk();
+pub(crate) async fn prepare(
+    sdk: Planting<'_>,
+    vm: &VmLease,
+    pristine: bool,
+) -> Result<(), SandboxError> {
+    let cache = sdk.cache;
     cache.note_wanted();
     let mut tried: Vec<String> = Vec::new();
-    if plant_cached(m, vm, &mut tried).await? {
+    if plant_cached(sdk, vm, &mut tried).await? {
         return Ok(());
     }
     // Cold: one pristine VM at a time installs and archives; the others
@@ -69,11 +82,11 @@ pub(crate) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result
         }
         None
     };
-    if plant_cached(m, vm, &mut tried).await? {
+    if plant_cached(sdk, vm, &mut tried).await? {
         return Ok(());
     }
-    if pip_install(m, vm).await? && pristine {
-        capture(m, vm).await?;
+    if pip_install(sdk, vm).await? && pristine {
+        capture(sdk, vm).await?;
     }
     Ok(())
 }
@@ -81,28 +94,28 @@ pub(crate) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result
 /// Plants the worker's archive, if it has one and python runs use `iii`
 /// lately, in a VM no tenant has used yet (a pooled VM). Never pip:
 /// true when the SDK is in place.
-pub(crate) async fn plant_archived(m: &Manager, vm: &VmLease) -> Result<bool, SandboxError> {
-    if !m.python_sdk().preplant_due(Instant::now()) {
+pub(crate) async fn plant_archived(sdk: Planting<'_>, vm: &VmLease) -> Result<bool, SandboxError> {
+    if !sdk.cache.preplant_due(Instant::now()) {
         return Ok(false);
     }
-    plant_cached(m, vm, &mut Vec::new()).await
+    plant_cached(sdk, vm, &mut Vec::new()).await
 }
 
 /// Plants the newest archive not tried yet (and, when the VM's key
 /// differs, the archive of its key). True when the SDK is in place.
 async fn plant_cached(
-    m: &Manager,
+    sdk: Planting<'_>,
     vm: &VmLease,
     tried: &mut Vec<String>,
 ) -> Result<bool, SandboxError> {
-    let cache = m.python_sdk();
+    let cache = sdk.cache;
     let mut next = cache.newest();
     while let Some(a) = next.take() {
         if tried.contains(&a.sha256) {
             return Ok(false);
         }
         tried.push(a.sha256.clone());
-        match plant(m, vm, &a).await? {
+        match plant(sdk, vm, &a).await? {
             Planted::Installed => return Ok(true),
             Planted::KeyDiffers(key) => {
                 cache
@@ -117,8 +130,8 @@ async fn plant_cached(
     Ok(false)
 }
 
-async fn plant(m: &Manager, vm: &VmLease, a: &Archive) -> Result<Planted, SandboxError> {
-    let counters = &m.python_sdk().counters;
+async fn plant(sdk: Planting<'_>, vm: &VmLease, a: &Archive) -> Result<Planted, SandboxError> {
+    let counters = &sdk.cache.counters;
     let start = Instant::now();
     let pieces = match write_archive(vm, a).await {
         Err(e) if e.is_gone() => return Err(e),
@@ -134,7 +147,7 @@ async fn plant(m: &Manager, vm: &VmLease, a: &Archive) -> Result<Planted, Sandbo
     let out = vm
         .exec(archive_exec(
             &["unpack", &a.key, &a.sha256, &n, CHUNK_DIR],
-            m.config().sdk_install_timeout_ms,
+            sdk.budget_ms,
         ))
         .await;
     let planted = match out {
@@ -207,12 +220,10 @@ async fn write_archive(vm: &VmLease, a: &Archive) -> Result<usize, SandboxError>
 
 /// The pip install, as its own exec with its own budget. True when the
 /// SDK got installed.
-async fn pip_install(m: &Manager, vm: &VmLease) -> Result<bool, SandboxError> {
-    let counters = &m.python_sdk().counters;
+async fn pip_install(sdk: Planting<'_>, vm: &VmLease) -> Result<bool, SandboxError> {
+    let counters = &sdk.cache.counters;
     let start = Instant::now();
-    let out = vm
-        .exec(guest::python_sdk_install(m.config().sdk_install_timeout_ms))
-        .await;
+    let out = vm.exec(guest::python_sdk_install(sdk.budget_ms)).await;
     let took = start.elapsed();
     counters.pip_installs.fetch_add(1, Ordering::Relaxed);
     counters.pip_nanos.fetch_add(nanos(took), Ordering::Relaxed);
@@ -240,10 +251,10 @@ async fn pip_install(m: &Manager, vm: &VmLease) -> Result<bool, SandboxError> {
 }
 
 /// Packs the SDK just installed in a pristine VM and keeps it.
-async fn capture(m: &Manager, vm: &VmLease) -> Result<(), SandboxError> {
-    let cache = m.python_sdk();
+async fn capture(sdk: Planting<'_>, vm: &VmLease) -> Result<(), SandboxError> {
+    let cache = sdk.cache;
     let start = Instant::now();
-    let got = read_archive(m, vm).await;
+    let got = read_archive(sdk, vm).await;
     match got {
         Err(e) if e.is_gone() => return Err(e),
         Err(e) => {
@@ -263,7 +274,7 @@ async fn capture(m: &Manager, vm: &VmLease) -> Result<(), SandboxError> {
             tracing::info!(bytes = a.size, key = %a.key, "python SDK archived for later VMs");
             cache.insert(a);
             cache.counters.captures.fetch_add(1, Ordering::Relaxed);
-            m.plant_pooled();
+            (sdk.archived)();
             cache
                 .counters
                 .capture_nanos
@@ -273,8 +284,8 @@ async fn capture(m: &Manager, vm: &VmLease) -> Result<(), SandboxError> {
     Ok(())
 }
 
-async fn read_archive(m: &Manager, vm: &VmLease) -> Result<Option<Archive>, SandboxError> {
-    let budget = m.config().sdk_install_timeout_ms;
+async fn read_archive(sdk: Planting<'_>, vm: &VmLease) -> Result<Option<Archive>, SandboxError> {
+    let budget = sdk.budget_ms;
     let packed = vm
         .exec(archive_exec(&["pack", ARCHIVE_PATH], budget))
         .await?;
@@ -292,7 +303,7 @@ async fn read_archive(m: &Manager, vm: &VmLease) -> Result<Option<Archive>, Sand
     let bytes = match vm.read_streamed(ARCHIVE_PATH, size).await {
         Ok(Some(bytes)) => bytes,
         Err(e) if e.is_gone() => return Err(e),
-        Ok(None) | Err(_) => match read_archive_slices(m, vm, size).await? {
+        Ok(None) | Err(_) => match read_archive_slices(sdk, vm, size).await? {
             Some(bytes) => bytes,
             None => return Ok(None),
         },
@@ -313,11 +324,11 @@ async fn read_archive(m: &Manager, vm: &VmLease) -> Result<Option<Archive>, Sand
 /// daemon's 1 MiB cut, for a bus without data channels (each slice
 /// then sits in the daemon's exec span).
 async fn read_archive_slices(
-    m: &Manager,
+    sdk: Planting<'_>,
     vm: &VmLease,
     size: usize,
 ) -> Result<Option<Vec<u8>>, SandboxError> {
-    let budget = m.config().sdk_install_timeout_ms;
+    let budget = sdk.budget_ms;
     let mut bytes = Vec::with_capacity(size);
     let len = SLICE.to_string();
     for off in (0..size).step_by(SLICE) {

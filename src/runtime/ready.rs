@@ -9,7 +9,6 @@
 //! python server per call slot, started beside the busy ones.
 
 use super::lease::VmLease;
-use super::Manager;
 use crate::error::redact_uuids;
 use crate::ids::Lang;
 use crate::prestart::{self, Start, Verdict};
@@ -26,13 +25,13 @@ pub(crate) enum Then {
 /// One call or run `p` (a wrapper exec of the VM's language) in `vm`, a VM
 /// that runs at most `slots` of them at once.
 pub(super) async fn exec_call(
-    m: &Manager,
+    prestart: bool,
     vm: &VmLease,
     p: ExecParams,
     then: Then,
     slots: usize,
 ) -> Result<ExecOutput, SandboxError> {
-    if !m.config.prestart {
+    if !prestart {
         return vm.exec(p).await;
     }
     let lang = vm.lang();
@@ -127,8 +126,8 @@ async fn cold(
 
 /// Starts an interpreter waiting in a VM no call is using (a pooled one,
 /// once it is prepared). A failure only means the first call runs cold.
-pub(super) async fn start_waiting(m: &Manager, vm: &VmLease) {
-    if !m.config.prestart {
+pub(super) async fn start_waiting(prestart: bool, vm: &VmLease) {
+    if !prestart {
         return;
     }
     let n = vm.next_generation();

@@ -3,7 +3,8 @@
 //! predecessor's.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::guest_access::TokenLease;
 use crate::ids::{Lang, Namespace, RuntimeId};
@@ -14,7 +15,9 @@ use super::meta;
 use super::session::Session;
 use super::slots::Slots;
 
-/// One VM that outlives a call: a kept run's, or a namespace's.
+/// One VM that outlives a call: a kept run's, or a namespace's. What never
+/// changes after creation lives here; what a runtime publishes and holds
+/// while it serves is its entry in the [`Records`], under their one lock.
 pub(super) struct Runtime {
     pub(super) id: RuntimeId,
     /// Its VM: the record is the lease's one holder.
@@ -27,9 +30,6 @@ pub(super) struct Runtime {
     pub(super) owner: Option<Lineage>,
     /// The lineage its guests belong to.
     pub(super) lineage: Lineage,
-    /// Its functions and what it holds while it serves, behind one lock;
-    /// every move checks the state it leaves (`Life`).
-    state: Mutex<State>,
     /// What the inventory shows: handle, created, last used, executions.
     pub(super) meta: meta::Meta,
     /// A kept run's session (its runs share one interpreter), if it asked.
@@ -37,7 +37,8 @@ pub(super) struct Runtime {
 }
 
 impl Runtime {
-    /// A record holding `vm` from now on.
+    /// A runtime holding `vm` from now on, and what it will hold while it
+    /// serves (given to [`Records::adopt`]; dropped, it releases all).
     pub(super) fn new(
         id: RuntimeId,
         vm: VmLease,
@@ -46,99 +47,30 @@ impl Runtime {
         token: Option<TokenLease>,
         admitted: Admission,
         session: Option<Session>,
-    ) -> Arc<Runtime> {
+    ) -> (Arc<Runtime>, Held) {
         vm.back_a_runtime();
-        Arc::new(Runtime {
+        let rt = Arc::new(Runtime {
             id,
             vm,
             namespace,
             slots: Slots::new(slots),
             owner: admitted.owner,
             lineage: admitted.lineage,
-            state: Mutex::new(State {
-                functions: HashMap::new(),
-                life: Life::Serving(Held {
-                    token,
-                    permit: admitted.permit,
-                    root: admitted.root,
-                }),
-            }),
             meta: meta::Meta::new(),
             session,
-        })
+        });
+        let held = Held {
+            token,
+            permit: admitted.permit,
+            root: admitted.root,
+        };
+        (rt, held)
     }
 
     /// Its VM's language.
     pub(super) fn lang(&self) -> Lang {
         self.vm.lang()
     }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Its published function ids, sorted.
-    pub(super) fn functions(&self) -> Vec<String> {
-        let mut f: Vec<String> = self.state().functions.keys().cloned().collect();
-        f.sort();
-        f
-    }
-
-    pub(super) fn function_count(&self) -> usize {
-        self.state().functions.len()
-    }
-
-    /// Where a published function's module lives in the VM.
-    pub(super) fn module_of(&self, function_id: &str) -> Option<String> {
-        self.state().functions.get(function_id).cloned()
-    }
-
-    /// Its guests' token, while it serves.
-    pub(super) fn with_token<T>(&self, f: impl FnOnce(Option<&TokenLease>) -> T) -> T {
-        match &self.state().life {
-            Life::Serving(held) => f(held.token.as_ref()),
-            Life::Forgotten => f(None),
-        }
-    }
-
-    /// Serving → serving one more function. `false` when it was forgotten
-    /// (the caller then publishes nothing). Called under the records lock.
-    pub(super) fn add_function(&self, function_id: &str, module: String) -> bool {
-        let mut st = self.state();
-        if matches!(st.life, Life::Forgotten) {
-            return false;
-        }
-        st.functions.insert(function_id.to_string(), module);
-        true
-    }
-
-    /// Serving → forgotten, once: its functions (sorted) and what it held,
-    /// for the caller to release. `None` when another path forgot it first.
-    /// Called under the records lock.
-    pub(super) fn forget(&self) -> Option<(Vec<String>, Held)> {
-        let mut st = self.state();
-        let Life::Serving(held) = std::mem::replace(&mut st.life, Life::Forgotten) else {
-            return None;
-        };
-        let mut functions: Vec<String> = st.functions.drain().map(|(k, _)| k).collect();
-        functions.sort();
-        Some((functions, held))
-    }
-}
-
-/// A runtime's functions and its life.
-struct State {
-    /// Published function id → module path inside the VM.
-    functions: HashMap<String, String>,
-    life: Life,
-}
-
-/// Where a runtime is in its life. It leaves the records once, however many
-/// paths (teardown, expiry, its lineage's end, shutdown) race to forget it.
-enum Life {
-    Serving(Held),
-    /// Its functions, token and budget slot are gone.
-    Forgotten,
 }
 
 /// What a serving runtime holds, given back when it is forgotten.
@@ -152,6 +84,13 @@ pub(super) struct Held {
     pub(super) root: Option<Permit>,
 }
 
+/// What [`Records::forget`] takes off the records: the functions to
+/// unpublish (sorted) and what the runtime held, for the caller to release.
+pub(super) struct Forgotten {
+    pub(super) functions: Vec<String>,
+    pub(super) held: Held,
+}
+
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
@@ -162,12 +101,23 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// The runtime records, behind one lock: which runtime serves which
-/// namespace and function. VMs are the VM table's (`vms`); a record holds
-/// its VM's lease.
+/// A serving runtime's entry. A runtime is serving while it has one and
+/// forgotten once it has none: the entry leaves the map in one move
+/// ([`Records::forget`]), whichever path (teardown, expiry, its lineage's
+/// end, shutdown) gets there first, and no move brings it back.
+struct Entry {
+    rt: Arc<Runtime>,
+    /// Published function id → module path inside the VM.
+    functions: HashMap<String, String>,
+    held: Held,
+}
+
+/// The runtime records, behind one lock (the `Manager`'s): which runtime
+/// serves which namespace and function, and what each holds. VMs are the VM
+/// table's (`vms`); an entry's runtime holds its VM's lease.
 #[derive(Default)]
 pub(super) struct Records {
-    runtimes: HashMap<RuntimeId, Arc<Runtime>>,
+    runtimes: HashMap<RuntimeId, Entry>,
     namespaces: HashMap<(Namespace, Lang), RuntimeId>,
     /// Published function id → the runtime serving it.
     functions: HashMap<String, RuntimeId>,
@@ -176,41 +126,65 @@ pub(super) struct Records {
 }
 
 impl Records {
-    /// `rt` is live, and its namespace's when it serves one.
-    pub(super) fn adopt(&mut self, rt: Arc<Runtime>) {
+    /// Created → serving: `rt` is live, holding `held`, and its
+    /// namespace's when it serves one.
+    pub(super) fn adopt(&mut self, rt: Arc<Runtime>, held: Held) {
         if let Some(ns) = &rt.namespace {
             self.namespaces
                 .insert((ns.clone(), rt.lang()), rt.id.clone());
         }
-        self.runtimes.insert(rt.id.clone(), rt);
+        let entry = Entry {
+            rt: rt.clone(),
+            functions: HashMap::new(),
+            held,
+        };
+        self.runtimes.insert(rt.id.clone(), entry);
     }
 
-    /// Drops `rt`'s record and its functions (`fns`).
-    pub(super) fn release(&mut self, rt: &Runtime, fns: &[String]) {
-        if self.runtimes.remove(&rt.id).is_none() {
-            return;
-        }
+    /// Serving → forgotten: the entry, its namespace and its functions
+    /// leave in one move. `None` when another path forgot it first.
+    pub(super) fn forget(&mut self, rt: &Runtime) -> Option<Forgotten> {
+        let entry = self.runtimes.remove(&rt.id)?;
         if let Some(ns) = &rt.namespace {
             let key = (ns.clone(), rt.lang());
             if self.namespaces.get(&key) == Some(&rt.id) {
                 self.namespaces.remove(&key);
             }
         }
-        for f in fns {
+        let mut functions: Vec<String> = entry.functions.into_keys().collect();
+        functions.sort();
+        for f in &functions {
             self.functions.remove(f);
         }
+        Some(Forgotten {
+            functions,
+            held: entry.held,
+        })
+    }
+
+    /// Serving → serving one more function: `function_id` (reserved by
+    /// [`Records::reserve`]) is now served by `rt` from `module`. `false`
+    /// when `rt` was forgotten: nothing is recorded, and the caller
+    /// publishes nothing.
+    pub(super) fn publish(&mut self, rt: &Runtime, function_id: &str, module: String) -> bool {
+        let Some(entry) = self.runtimes.get_mut(&rt.id) else {
+            return false;
+        };
+        entry.functions.insert(function_id.to_string(), module);
+        self.functions
+            .insert(function_id.to_string(), rt.id.clone());
+        true
     }
 
     pub(super) fn runtime(&self, id: &RuntimeId) -> Option<Arc<Runtime>> {
-        self.runtimes.get(id).cloned()
+        self.runtimes.get(id).map(|e| e.rt.clone())
     }
 
     /// The runtime of one (namespace, language).
     pub(super) fn namespace_runtime(&self, ns: &Namespace, lang: Lang) -> Option<Arc<Runtime>> {
         self.namespaces
             .get(&(ns.clone(), lang))
-            .and_then(|id| self.runtimes.get(id))
-            .cloned()
+            .and_then(|id| self.runtime(id))
     }
 
     /// Every runtime of `ns`, whatever its language.
@@ -218,24 +192,44 @@ impl Records {
         self.namespaces
             .iter()
             .filter(|((n, _), _)| n == ns)
-            .filter_map(|(_, id)| self.runtimes.get(id).cloned())
+            .filter_map(|(_, id)| self.runtime(id))
             .collect()
     }
 
     pub(super) fn runtimes(&self) -> Vec<Arc<Runtime>> {
-        self.runtimes.values().cloned().collect()
+        self.runtimes.values().map(|e| e.rt.clone()).collect()
     }
 
     pub(super) fn runtime_count(&self) -> usize {
         self.runtimes.len()
     }
 
-    /// The runtime serving a published function.
-    pub(super) fn serving(&self, function_id: &str) -> Option<Arc<Runtime>> {
-        self.functions
-            .get(function_id)
-            .and_then(|id| self.runtimes.get(id))
-            .cloned()
+    /// The runtime serving a published function, and where its module
+    /// lives in the VM.
+    pub(super) fn serving(&self, function_id: &str) -> Option<(Arc<Runtime>, String)> {
+        let entry = self.runtimes.get(self.functions.get(function_id)?)?;
+        let module = entry.functions.get(function_id)?.clone();
+        Some((entry.rt.clone(), module))
+    }
+
+    /// `rt`'s published function ids, sorted; none once it is forgotten.
+    pub(super) fn functions_of(&self, rt: &Runtime) -> Vec<String> {
+        let mut f: Vec<String> = self
+            .runtimes
+            .get(&rt.id)
+            .map(|e| e.functions.keys().cloned().collect())
+            .unwrap_or_default();
+        f.sort();
+        f
+    }
+
+    pub(super) fn function_count(&self, rt: &Runtime) -> usize {
+        self.runtimes.get(&rt.id).map_or(0, |e| e.functions.len())
+    }
+
+    /// `rt`'s guests' token, while it serves.
+    pub(super) fn token_of(&self, rt: &Runtime) -> Option<&TokenLease> {
+        self.runtimes.get(&rt.id)?.held.token.as_ref()
     }
 
     /// Claims `function_id` for one registration; `false` when it is
@@ -247,16 +241,44 @@ impl Records {
     pub(super) fn unreserve(&mut self, function_id: &str) {
         self.reserved.remove(function_id);
     }
-
-    /// `function_id` is now served by `rt` (which holds a record).
-    pub(super) fn serve(&mut self, function_id: &str, rt: &Runtime) {
-        self.functions
-            .insert(function_id.to_string(), rt.id.clone());
-    }
 }
 
 /// Serializes the creation of one namespace runtime.
 pub(super) type NamespaceGate = Arc<tokio::sync::Mutex<()>>;
+
+/// The records behind their one lock, with the gates that serialize the
+/// creation of each namespace runtime and the sequence that names handler
+/// modules: what the operations that create, publish and forget runtimes
+/// share, and nothing else.
+#[derive(Default)]
+pub(super) struct Book {
+    records: Mutex<Records>,
+    gates: Mutex<HashMap<(Namespace, Lang), NamespaceGate>>,
+    seq: AtomicU64,
+}
+
+impl Book {
+    /// The records. Never held across an `.await`: every move on them is
+    /// one synchronous step.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The gate of one (namespace, language).
+    pub(super) fn gate(&self, ns: &Namespace, lang: Lang) -> NamespaceGate {
+        self.gates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((ns.clone(), lang))
+            .or_default()
+            .clone()
+    }
+
+    /// A number no other handler module of this process carries.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
 
 /// Identity of this worker's VMs: `sandbox-code-runner:<owner>:<instance>`.
 /// `owner` is stable across restarts, `instance` is per process.

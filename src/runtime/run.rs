@@ -10,7 +10,7 @@ use super::lifeline::{self, Lifeline};
 use super::ready::{self, Then};
 use super::records::Runtime;
 use super::session::{self, Session};
-use super::{acquire, lineage, lock, sdk, teardown, Manager};
+use super::{acquire, teardown, Manager};
 use crate::config::OneshotStop;
 use crate::events::EventKind;
 use crate::guest;
@@ -83,7 +83,7 @@ async fn exec_run(
             .map(|(out, state)| (out, Some(state))),
         None => {
             let budget = p.timeout_ms;
-            ready::exec_call(m, vm, p, then, 1)
+            ready::exec_call(m.config.prestart, vm, p, then, 1)
                 .await
                 .map(|out| (out, None))
                 .map_err(|e| RunError::Exec(DaemonFailure::new(e, budget)))
@@ -102,9 +102,9 @@ pub(super) fn with_token(mut p: ExecParams, token: Option<&TokenLease>) -> ExecP
     p
 }
 
-/// `p` with `rt`'s guest token in its env.
-pub(super) fn for_runtime(rt: &Runtime, p: ExecParams) -> ExecParams {
-    rt.with_token(|token| with_token(p, token))
+/// `p` with `rt`'s guest token in its env, while it serves.
+pub(super) fn for_runtime(m: &Manager, rt: &Runtime, p: ExecParams) -> ExecParams {
+    with_token(p, m.book.lock().token_of(rt))
 }
 
 /// `run` without a runtime, for `caller`: a guest's run joins its lineage
@@ -136,7 +136,7 @@ pub(super) async fn fresh(
         let line = if keep { None } else { lifeline::start(m, &vm) };
         let outcome = async {
             if uses_iii && !vm.has_sdk() {
-                sdk::prepare(m, &vm, true)
+                m.prepare_sdk(&vm, true)
                     .await
                     .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
             }
@@ -168,7 +168,7 @@ pub(super) async fn fresh(
         }
     };
     let lineage = admitted.lineage.clone();
-    if keep && out.exit_code == Some(0) && !lineage::lives(m, &lineage) {
+    if keep && out.exit_code == Some(0) && !m.tenants.root_alive(&lineage) {
         // Its root ended while it ran: nobody could reach it.
         drop(token);
         vm.stop().await;
@@ -177,9 +177,9 @@ pub(super) async fn fresh(
     if keep && out.exit_code == Some(0) {
         let id = RuntimeId::generate();
         // Runs into one kept runtime stay one at a time (docs/contract.md).
-        let rt = Runtime::new(id.clone(), vm, None, 1, token, admitted, session);
+        let (rt, held) = Runtime::new(id.clone(), vm, None, 1, token, admitted, session);
         rt.meta.used(Duration::from_millis(out.duration_ms));
-        lock(&m.records).adopt(rt.clone());
+        m.book.lock().adopt(rt.clone(), held);
         lifecycle::runtime(m, EventKind::RuntimeCreated, &rt, None);
         tracing::info!(lang = %lang, "kept a runtime");
         return Ok(response(
@@ -226,9 +226,7 @@ pub(super) async fn in_runtime(
     code: &str,
     timeout_ms: u64,
 ) -> Result<RunResponse, RunError> {
-    let rt = lock(&m.records)
-        .runtime(id)
-        .ok_or(RunError::UnknownRuntime)?;
+    let rt = m.book.lock().runtime(id).ok_or(RunError::UnknownRuntime)?;
     if lang.is_some_and(|l| l != rt.lang()) {
         return Err(RunError::LangMismatch { runs: rt.lang() });
     }
@@ -242,12 +240,12 @@ pub(super) async fn in_runtime(
     let timed = super::meta::Timed::start(&rt.meta);
     let outcome = async {
         if !rt.vm.has_sdk() && guest::names_iii(code) {
-            sdk::prepare(m, &rt.vm, rt.vm.pristine())
+            m.prepare_sdk(&rt.vm, rt.vm.pristine())
                 .await
                 .map_err(|e| RunError::PrepareSdk(daemon(e)))?;
         }
         rt.vm.tenant_code_ran();
-        let p = for_runtime(&rt, p);
+        let p = for_runtime(m, &rt, p);
         exec_run(m, &rt.vm, rt.session.as_ref(), p, Then::ServesAgain).await
     }
     .await;

@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::lease::VmLease;
-use super::{python_sdk, Manager};
+use super::python_sdk::{self, Planting};
 use crate::error::redact_uuids;
 use crate::guest;
 use crate::ids::Lang;
@@ -15,7 +15,11 @@ use crate::sandbox::{SandboxError, Streamed};
 /// records it in the VM's entry. A failure is not the caller's: the run
 /// goes on and `iii` explains. Only a VM that is gone is an error.
 /// `pristine`: no tenant code ran in the VM yet.
-pub(super) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result<(), SandboxError> {
+pub(super) async fn prepare(
+    sdk: Planting<'_>,
+    vm: &VmLease,
+    pristine: bool,
+) -> Result<(), SandboxError> {
     match vm.lang() {
         Lang::Node => match plant_node_sdk(vm).await {
             Err(e) if e.is_gone() => return Err(e),
@@ -24,7 +28,7 @@ pub(super) async fn prepare(m: &Manager, vm: &VmLease, pristine: bool) -> Result
             }
             Ok(()) => {}
         },
-        Lang::Python => python_sdk::prepare(m, vm, pristine).await?,
+        Lang::Python => python_sdk::prepare(sdk, vm, pristine).await?,
     }
     vm.sdk_prepared();
     Ok(())

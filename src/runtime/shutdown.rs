@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::records::Runtime;
 use super::vms::SandboxId;
-use super::{lock, teardown, Manager};
+use super::{teardown, Manager};
 use crate::metering::metered;
 
 /// What a shutdown achieved.
@@ -56,7 +56,7 @@ async fn walk(m: &Manager, budget: Duration) -> ShutdownReport {
     let deadline = tokio::time::Instant::now() + budget;
     let table = m.vms.table();
     table.close_pool();
-    let rts: Vec<Arc<Runtime>> = lock(&m.records).runtimes();
+    let rts: Vec<Arc<Runtime>> = m.book.lock().runtimes();
     for rt in &rts {
         teardown::forget(m, rt);
     }

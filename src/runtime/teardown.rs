@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::errors::TeardownError;
 use super::lifecycle;
-use super::records::Runtime;
-use super::{lock, Manager};
+use super::records::{Forgotten, Runtime};
+use super::Manager;
 use crate::events::EventKind;
 use crate::ids::{Namespace, RuntimeId};
 use crate::tenancy::Caller;
@@ -30,17 +30,19 @@ pub(super) fn expire(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
 pub(super) fn forget(m: &Manager, rt: &Arc<Runtime>) -> Vec<String> {
     // One move under the records lock: forgotten, its functions taken off
     // the records and the bus. A publish adds a function under the same
-    // lock, only to a runtime still serving (`Runtime::add_function`).
-    let (fns, held) = {
-        let mut records = lock(&m.records);
-        let Some((fns, held)) = rt.forget() else {
+    // lock, only to a runtime still serving (`Records::publish`).
+    let Forgotten {
+        functions: fns,
+        held,
+    } = {
+        let mut records = m.book.lock();
+        let Some(gone) = records.forget(rt) else {
             return Vec::new();
         };
-        records.release(rt, &fns);
-        for id in &fns {
+        for id in &gone.functions {
             m.bus.unpublish(id);
         }
-        (fns, held)
+        gone
     };
     // Its guests can no longer connect, and its owner's budget gets the
     // VM back.
@@ -69,7 +71,9 @@ pub(super) async fn runtime(
     m: &Manager,
     id: &RuntimeId,
 ) -> Result<TeardownResponse, TeardownError> {
-    let rt = lock(&m.records)
+    let rt = m
+        .book
+        .lock()
         .runtime(id)
         .ok_or(TeardownError::UnknownRuntime)?;
     let unregistered = tear_down(m, &rt);
@@ -91,7 +95,7 @@ pub(super) async fn namespace(
     caller: &Caller,
     ns: &Namespace,
 ) -> Result<TeardownResponse, TeardownError> {
-    let rts: Vec<Arc<Runtime>> = lock(&m.records).in_namespace(ns);
+    let rts: Vec<Arc<Runtime>> = m.book.lock().in_namespace(ns);
     if matches!(caller, Caller::Guest(_))
         && (rts.is_empty() || rts.iter().any(|rt| !caller.may_change(rt.owner.as_ref())))
     {
@@ -122,7 +126,9 @@ pub(super) async fn namespace(
 /// behind. Tears down every runtime guest code of `lineage` created. Their VMs
 /// stop in the background; their functions and tokens are gone at once.
 pub(super) fn lineage_end(m: &Manager, lineage: &Lineage) {
-    let left: Vec<Arc<Runtime>> = lock(&m.records)
+    let left: Vec<Arc<Runtime>> = m
+        .book
+        .lock()
         .runtimes()
         .into_iter()
         .filter(|rt| rt.owner.as_ref() == Some(lineage))
