@@ -51,6 +51,13 @@ pub struct Config {
     /// request instead of starting one. Each call still gets a fresh
     /// process. Off: every call starts its interpreter (the old path).
     pub prestart: bool,
+    /// With `prestart`, node calls run in fresh scopes (a worker thread
+    /// each, started ahead) of long-lived per-slot servers, instead of a
+    /// fresh process each: a call's globals, modules, env, listeners, exit
+    /// and heap are still its own (docs/contract.md says what it shares:
+    /// the process id and the working directory), for a fraction of a
+    /// process start. Off: each node call takes a pre-started process.
+    pub node_scopes: bool,
     /// Calls of one namespace runtime that run at once, each in its own
     /// fresh interpreter process; the rest queue per caller and are served
     /// in turn. The default is the daemon's execs per sandbox, whole: the
@@ -101,6 +108,18 @@ pub enum OneshotStop {
     Background,
 }
 
+impl Config {
+    /// How calls find a fresh interpreter (`prestart`, `node_scopes`).
+    pub(crate) fn prestart_mode(&self) -> crate::prestart::Prestart {
+        use crate::prestart::Prestart;
+        match (self.prestart, self.node_scopes) {
+            (false, _) => Prestart::Off,
+            (true, false) => Prestart::Processes,
+            (true, true) => Prestart::NodeScopes,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -117,6 +136,7 @@ impl Default for Config {
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
             prestart: true,
+            node_scopes: false,
             handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value,
             sessions: false,
             guest_max_subscriptions: 8,

@@ -23,6 +23,8 @@ const RELAY_SH: &str = include_str!("../guest/prestart/relay.sh");
 const RELAY_FORK_SH: &str = include_str!("../guest/prestart/relay_fork.sh");
 const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
 const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
+const SCOPE_SH: &str = include_str!("../guest/prestart/scope.sh");
+const NODE_SCOPE: &str = include_str!("../guest/prestart/scope.mjs");
 
 /// The deadline a relay exec is sent with, past the call's own. The relay
 /// enforces the call's budget itself (and kills the interpreter's session,
@@ -98,6 +100,56 @@ fn relay_fork() -> &'static str {
     BARE.get_or_init(|| bare(RELAY_FORK_SH))
 }
 
+/// Node's scope servers' shell side, after the verdict's (scr_told).
+fn scope_sh() -> &'static str {
+    static BARE: OnceLock<String> = OnceLock::new();
+    BARE.get_or_init(|| format!("{}\n{}", relay_fork(), bare(SCOPE_SH)))
+}
+
+/// How calls find a fresh interpreter (the config's `prestart` and
+/// `node_scopes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prestart {
+    /// Every call starts its interpreter.
+    Off,
+    /// A pre-started process per call (python's forked off its server).
+    Processes,
+    /// As `Processes`, but node calls run in fresh scopes of per-slot
+    /// servers (`guest/prestart/scope.mjs`).
+    NodeScopes,
+}
+
+/// What waits for a VM's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Server {
+    /// Python's fork servers: one per call slot, counted by the VM table.
+    PythonForks,
+    /// Node interpreters that serve one call each, kept by `scr_fill`.
+    NodeProcesses,
+    /// Node's scope servers: one per call slot and a spare, each serving
+    /// calls one at a time, each call in a fresh worker thread.
+    NodeScopes,
+}
+
+impl Server {
+    /// What serves `lang`'s calls under `mode` (`None`: nothing waits).
+    pub(crate) fn of(lang: Lang, mode: Prestart) -> Option<Self> {
+        match (mode, lang) {
+            (Prestart::Off, _) => None,
+            (_, Lang::Python) => Some(Self::PythonForks),
+            (Prestart::Processes, Lang::Node) => Some(Self::NodeProcesses),
+            (Prestart::NodeScopes, Lang::Node) => Some(Self::NodeScopes),
+        }
+    }
+
+    /// Whether each call ends what served it, so that the next call needs
+    /// another (node's processes); python's servers and node's scope
+    /// servers serve call after call.
+    pub(crate) fn spent_by_a_call(self) -> bool {
+        self == Self::NodeProcesses
+    }
+}
+
 /// A waiting interpreter's directory in the VM, by generation.
 fn dir(generation: u64) -> String {
     format!("/tmp/.scr/pre/{generation}")
@@ -118,15 +170,25 @@ pub(crate) enum Start {
 /// interpreter's argv. Node keeps one interpreter more than the slots
 /// waiting or busy (each call uses one up); python one server per slot,
 /// counted by the VM table.
-fn spawn_command(lang: Lang, next: u64, start: Start, slots: usize, prefix: &str) -> String {
-    let interpreter = interpreter(lang);
-    match (lang, start) {
-        (Lang::Python, Start::Beside) => format!("scr_add {} {prefix}{interpreter}", dir(next)),
-        (Lang::Python, Start::Alone) => format!("scr_spawn {} {prefix}{interpreter}", dir(next)),
-        (Lang::Node, _) => format!(
-            "scr_fill {} {} {prefix}{interpreter}",
+fn spawn_command(server: Server, next: u64, start: Start, slots: usize, prefix: &str) -> String {
+    match (server, start) {
+        (Server::PythonForks, Start::Beside) => {
+            format!("scr_add {} {prefix}{}", dir(next), interpreter(server))
+        }
+        (Server::PythonForks, Start::Alone) => {
+            format!("scr_spawn {} {prefix}{}", dir(next), interpreter(server))
+        }
+        (Server::NodeProcesses, _) => format!(
+            "scr_fill {} {} {prefix}{}",
             dir(next),
-            node_interpreters(slots)
+            node_interpreters(slots),
+            interpreter(server)
+        ),
+        // The servers are counted by their slot, not by generation.
+        (Server::NodeScopes, _) => format!(
+            "scr_scope_fill {} {} {prefix}",
+            node_interpreters(slots),
+            crate::session::guest_user(Lang::Node)
         ),
     }
 }
@@ -138,47 +200,60 @@ pub(crate) fn node_interpreters(slots: usize) -> usize {
 
 /// The interpreter command the spawner runs (the harness is `$1` of the
 /// exec's shell, kept as `SCR_HARNESS`).
-fn interpreter(lang: Lang) -> &'static str {
-    match lang {
+fn interpreter(server: Server) -> &'static str {
+    match server {
         // Isolated, as every python the worker starts as root (`guest`).
-        Lang::Python => r#"python3 -Ic "$SCR_HARNESS""#,
+        Server::PythonForks => r#"python3 -Ic "$SCR_HARNESS""#,
         // From the file the spawner writes from SCR_HARNESS (relay.sh): a
         // node relay, which starts the next one, need not carry it.
-        Lang::Node => "node /tmp/.scr/pre/ready.mjs",
+        Server::NodeProcesses => "node /tmp/.scr/pre/ready.mjs",
+        // scope.sh starts it, as the guest, from the file it writes.
+        Server::NodeScopes => "",
     }
 }
 
 /// The waiting interpreter's script, with the wrappers a call may run (it
 /// loads their definitions ahead): a JSON array of strings is a literal in
 /// both languages.
-fn harness(lang: Lang) -> &'static str {
+fn harness(server: Server) -> &'static str {
     static PYTHON: OnceLock<String> = OnceLock::new();
     static NODE: OnceLock<String> = OnceLock::new();
+    static SCOPES: OnceLock<String> = OnceLock::new();
     let with = |wrappers: [&str; 2], assign: &str, script: &str| {
         let literal = serde_json::to_string(&wrappers).expect("strings serialize");
         format!("{assign}{literal};\n{script}")
     };
-    match lang {
-        Lang::Python => PYTHON.get_or_init(|| {
+    let node = [crate::guest::NODE_RUN, crate::guest::NODE_INVOKE];
+    match server {
+        Server::PythonForks => PYTHON.get_or_init(|| {
             let wrappers = [crate::guest::PYTHON_RUN, crate::guest::PYTHON_INVOKE];
             with(wrappers, "_WRAPPERS = ", PYTHON_READY)
         }),
-        Lang::Node => NODE.get_or_init(|| {
-            let wrappers = [crate::guest::NODE_RUN, crate::guest::NODE_INVOKE];
-            with(wrappers, "const WRAPPERS = ", NODE_READY)
-        }),
+        Server::NodeProcesses => NODE.get_or_init(|| with(node, "const WRAPPERS = ", NODE_READY)),
+        Server::NodeScopes => SCOPES.get_or_init(|| with(node, "const WRAPPERS = ", NODE_SCOPE)),
     }
 }
 
-/// `sh -c <relay.sh + command> sh <harness> <rest…>`.
-fn shell(lang: Lang, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
-    shell_with(harness(lang), command, rest, timeout_ms)
+/// `sh -c <the server's scripts + command> sh <harness> <rest…>`.
+fn shell(server: Server, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
+    shell_with(server, harness(server), command, rest, timeout_ms)
 }
 
-/// `sh -c <relay.sh + command> sh <harness> <rest…>`, the harness given
-/// (empty for a node relay: its spawner starts the next from the file).
-fn shell_with(harness: &str, command: String, rest: Vec<String>, timeout_ms: u64) -> ExecParams {
-    let script = format!("{}\nSCR_HARNESS=$1\n{command}\n", relay());
+/// `sh -c <the server's scripts + command> sh <harness> <rest…>`, the
+/// harness given (empty for a node relay: its spawner starts the next
+/// from the file).
+fn shell_with(
+    server: Server,
+    harness: &str,
+    command: String,
+    rest: Vec<String>,
+    timeout_ms: u64,
+) -> ExecParams {
+    let scripts = match server {
+        Server::NodeScopes => scope_sh(),
+        Server::PythonForks | Server::NodeProcesses => relay(),
+    };
+    let script = format!("{scripts}\nSCR_HARNESS=$1\n{command}\n");
     let mut args = vec!["sh".to_string(), harness.to_string()];
     args.extend(rest);
     sh(script, args, timeout_ms)
@@ -200,16 +275,16 @@ fn sh(script: String, args: Vec<String>, timeout_ms: u64) -> ExecParams {
 /// An exec that only starts a waiting interpreter (generation `next`) in
 /// a VM no call is using (it serves one call at a time until it is a
 /// namespace's, whose calls fill it up to its slots).
-pub(crate) fn spawn_exec(lang: Lang, next: u64) -> ExecParams {
-    let command = spawn_command(lang, next, Start::Alone, 1, "");
-    shell(lang, command, Vec::new(), 30_000)
+pub(crate) fn spawn_exec(server: Server, next: u64) -> ExecParams {
+    let command = spawn_command(server, next, Start::Alone, 1, "");
+    shell(server, command, Vec::new(), 30_000)
 }
 
 /// `p` as it runs today, after starting a waiting interpreter for the next
 /// call. The interpreter must not inherit `p`'s env (the call's token): the
 /// spawner drops each of its keys.
 pub(crate) fn cold_then_spawn(
-    lang: Lang,
+    server: Server,
     next: u64,
     start: Start,
     slots: usize,
@@ -218,9 +293,9 @@ pub(crate) fn cold_then_spawn(
     let unset: String = p.env.keys().map(|k| format!("-u {k} ")).collect();
     let command = format!(
         "{}; shift; exec \"$@\"",
-        spawn_command(lang, next, start, slots, &format!("env {unset}"))
+        spawn_command(server, next, start, slots, &format!("env {unset}"))
     );
-    let mut e = shell(lang, command, p.argv, p.timeout_ms);
+    let mut e = shell(server, command, p.argv, p.timeout_ms);
     e.stdin = p.stdin;
     e.env = p.env;
     e.workdir = p.workdir;
@@ -232,7 +307,7 @@ pub(crate) fn cold_then_spawn(
 /// other servers, python's `using` is retired at the verdict, since the
 /// spawn does not end it).
 pub(crate) fn relay_exec(
-    lang: Lang,
+    server: Server,
     using: u64,
     next: Option<(u64, Start)>,
     slots: usize,
@@ -240,12 +315,12 @@ pub(crate) fn relay_exec(
     key: &VerdictKey,
 ) -> ExecParams {
     let timeout_ms = p.timeout_ms.saturating_add(RELAY_GRACE_MS);
-    let mut e = match lang {
+    let mut e = match server {
         // Python forks a child per call off its waiting server, which takes
         // the exec's own streams (nothing copied) and enforces the budget:
         // the relay is shell builtins only, and carries the spawner only
         // when the server is to be replaced.
-        Lang::Python => {
+        Server::PythonForks => {
             let relay = format!("scr_relay_fork {} {}", dir(using), p.timeout_ms);
             match next {
                 None => sh(
@@ -261,9 +336,9 @@ pub(crate) fn relay_exec(
                     let command = format!(
                         "{}\nSCR_NEXT='{retire}{}'; {relay}",
                         relay_fork(),
-                        spawn_command(lang, n, start, slots, "")
+                        spawn_command(server, n, start, slots, "")
                     );
-                    shell(lang, command, Vec::new(), timeout_ms)
+                    shell(server, command, Vec::new(), timeout_ms)
                 }
             }
         }
@@ -275,12 +350,12 @@ pub(crate) fn relay_exec(
         // once this call has its verdict (`scr_told` runs
         // `$SCR_NEXT`, a `scr_fill`). The relay carries the spawner's
         // functions but no harness: a spawner starts node from the file.
-        Lang::Node => {
+        Server::NodeProcesses => {
             let mut command = format!("{}\n", relay_fork());
             if let Some((n, start)) = next {
                 command.push_str(&format!(
                     "SCR_NEXT='{}'; ",
-                    spawn_command(lang, n, start, slots, "")
+                    spawn_command(server, n, start, slots, "")
                 ));
             }
             command.push_str(&format!(
@@ -288,7 +363,19 @@ pub(crate) fn relay_exec(
                 dir(using),
                 seconds(p.timeout_ms)
             ));
-            shell_with("", command, Vec::new(), timeout_ms)
+            shell_with(server, "", command, Vec::new(), timeout_ms)
+        }
+        // A scope server serves call after call: the relay claims an idle
+        // one, keeps the budget as root and starts a server again only
+        // when the one it used is gone (`scr_scope` sets its own SCR_NEXT).
+        Server::NodeScopes => {
+            let command = format!(
+                "scr_scope {} {} {}",
+                node_interpreters(slots),
+                seconds(p.timeout_ms),
+                crate::session::guest_user(Lang::Node)
+            );
+            shell_with(server, "", command, Vec::new(), timeout_ms)
         }
     };
     e.stdin = Some(request(p));
@@ -379,3 +466,6 @@ pub(crate) fn assert_keyed_verdict(script: &str, marker: &str, words: &str) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod scope_tests;

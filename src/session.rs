@@ -60,7 +60,7 @@ fn harness(lang: Lang) -> &'static str {
 
 /// The guest user a language's image runs guest code as (the wrappers'
 /// default, which `SCR_GUEST_USER` in the VM overrides there too).
-fn guest_user(lang: Lang) -> &'static str {
+pub(crate) fn guest_user(lang: Lang) -> &'static str {
     match lang {
         Lang::Python => "1000:100",
         Lang::Node => "1000:1000",

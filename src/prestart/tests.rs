@@ -147,8 +147,8 @@ fn every_wrapper_ends_with_the_call_a_waiting_interpreter_cuts() {
     for w in [NODE_RUN, NODE_INVOKE] {
         assert_eq!(w.trim_end().lines().last(), Some("await main();"));
     }
-    assert!(harness(Lang::Python).starts_with("_WRAPPERS = [\""));
-    assert!(harness(Lang::Node).starts_with("const WRAPPERS = [\""));
+    assert!(harness(Server::PythonForks).starts_with("_WRAPPERS = [\""));
+    assert!(harness(Server::NodeProcesses).starts_with("const WRAPPERS = [\""));
 }
 
 /// A fill runs in the background after a verdict, so the next calls may
@@ -326,7 +326,7 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
         workdir: None,
     };
     let r = relay_exec(
-        Lang::Python,
+        Server::PythonForks,
         4,
         Some((5, Start::Alone)),
         1,
@@ -359,7 +359,7 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
     // Beside other servers, the replaced one is retired and the next
     // added without ending the busy ones.
     let beside = relay_exec(
-        Lang::Python,
+        Server::PythonForks,
         4,
         Some((5, Start::Beside)),
         3,
@@ -378,7 +378,7 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
         "no spawn that ends the others"
     );
     // A relay into a server that stays is builtins only: no spawner, no harness.
-    let fast = relay_exec(Lang::Python, 4, None, 1, &p, &VerdictKey::fresh());
+    let fast = relay_exec(Server::PythonForks, 4, None, 1, &p, &VerdictKey::fresh());
     assert_eq!(fast.argv.len(), 3);
     assert!(!fast.argv[2].contains("scr_spawn() {"), "{}", fast.argv[2]);
     assert_eq!(fast.stdin.as_deref(), Some(&stdin[..]));
@@ -396,7 +396,7 @@ fn a_cold_exec_starts_the_next_interpreter_without_the_calls_env() {
         timeout_ms: 100,
         workdir: Some("/tmp".into()),
     };
-    let e = cold_then_spawn(Lang::Node, 9, Start::Alone, 3, p);
+    let e = cold_then_spawn(Server::NodeProcesses, 9, Start::Alone, 3, p);
     assert!(e.argv[2]
         .contains("scr_fill /tmp/.scr/pre/9 4 env -u III_GUEST_TOKEN -u SCR_WORKER_NAME node"));
     assert_eq!(&e.argv[5..], ["node", "-e", "W"]);

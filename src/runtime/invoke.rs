@@ -58,7 +58,7 @@ pub(super) async fn call(
     );
     let slots = rt.slots.size();
     let out = ready::exec_call(
-        m.config.prestart,
+        m.config.prestart_mode(),
         &rt.vm,
         for_runtime(m, &rt, p),
         Then::ServesAgain,

@@ -259,7 +259,7 @@ async fn install_handler(
     );
     rt.vm.tenant_code_ran();
     let out = ready::exec_call(
-        m.config.prestart,
+        m.config.prestart_mode(),
         &rt.vm,
         for_runtime(m, rt, check),
         Then::ServesAgain,

@@ -11,7 +11,7 @@
 use super::lease::VmLease;
 use crate::error::redact_uuids;
 use crate::ids::Lang;
-use crate::prestart::{self, Start, Verdict};
+use crate::prestart::{self, Prestart, Server, Start, Verdict};
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 /// Whether the VM serves calls after this one (a kept or namespace
@@ -25,33 +25,34 @@ pub(crate) enum Then {
 /// One call or run `p` (a wrapper exec of the VM's language) in `vm`, a VM
 /// that runs at most `slots` of them at once.
 pub(super) async fn exec_call(
-    prestart: bool,
+    prestart: Prestart,
     vm: &VmLease,
     p: ExecParams,
     then: Then,
     slots: usize,
 ) -> Result<ExecOutput, SandboxError> {
-    if !prestart {
+    let Some(server) = Server::of(vm.lang(), prestart) else {
         return vm.exec(p).await;
-    }
+    };
     let lang = vm.lang();
     let again = then == Then::ServesAgain;
     // Python's servers are the table's to count: a call takes one. Node's
-    // interpreters are the guest's (`scr_fill` keeps one more than the
-    // slots): calls at once each relay to one of them, naming the latest
-    // fill's generation.
+    // are the guest's (`scr_fill` and `scr_scope_fill` keep one more than
+    // the slots): calls at once each relay to one of them, naming the
+    // latest fill's generation.
     let taken = match lang {
         Lang::Python => vm.take_waiting(),
         Lang::Node => vm.peek_waiting(),
     };
     let Some(waiting) = taken else {
-        return cold(vm, p, again, slots).await;
+        return cold(server, vm, p, again, slots).await;
     };
-    // Python's fork server serves every call of the VM; a node interpreter
-    // serves one, and the next one starts as it ends. A python server that
-    // predates the SDK is replaced: alone when it is the VM's only one,
-    // else beside the others (and retired at the verdict).
-    let replaced = lang == Lang::Node || waiting.stale;
+    // Python's fork server and node's scope servers serve every call of
+    // the VM; a node interpreter serves one, and the next one starts as it
+    // ends. A python server that predates the SDK is replaced: alone when
+    // it is the VM's only one, else beside the others (and retired at the
+    // verdict). (A scope loads the SDK when it starts: none is stale.)
+    let replaced = server.spent_by_a_call() || (lang == Lang::Python && waiting.stale);
     let next = (again && replaced).then(|| {
         let start = match lang {
             // Node's spawner never ends a busy interpreter.
@@ -64,7 +65,7 @@ pub(super) async fn exec_call(
     let key = prestart::VerdictKey::fresh();
     let relayed = vm
         .exec(prestart::relay_exec(
-            lang,
+            server,
             waiting.generation,
             next,
             slots,
@@ -92,7 +93,7 @@ pub(super) async fn exec_call(
             if restart {
                 vm.forget_waiting(waiting.generation);
             }
-            cold(vm, p, restart, slots).await
+            cold(server, vm, p, restart, slots).await
         }
     }
 }
@@ -100,6 +101,7 @@ pub(super) async fn exec_call(
 /// `p` as it always ran, starting an interpreter for the next call when
 /// the VM serves again and may hold one more (see `VmTable::start_plan`).
 async fn cold(
+    server: Server,
     vm: &VmLease,
     p: ExecParams,
     again: bool,
@@ -112,7 +114,7 @@ async fn cold(
     };
     let next = start.map(|s| (vm.next_generation(), s));
     let cold = match next {
-        Some((n, s)) => prestart::cold_then_spawn(vm.lang(), n, s, slots, p),
+        Some((n, s)) => prestart::cold_then_spawn(server, n, s, slots, p),
         None => p,
     };
     let out = vm.exec(cold).await;
@@ -126,12 +128,12 @@ async fn cold(
 
 /// Starts an interpreter waiting in a VM no call is using (a pooled one,
 /// once it is prepared). A failure only means the first call runs cold.
-pub(super) async fn start_waiting(prestart: bool, vm: &VmLease) {
-    if !prestart {
+pub(super) async fn start_waiting(prestart: Prestart, vm: &VmLease) {
+    let Some(server) = Server::of(vm.lang(), prestart) else {
         return;
-    }
+    };
     let n = vm.next_generation();
-    match vm.exec(prestart::spawn_exec(vm.lang(), n)).await {
+    match vm.exec(prestart::spawn_exec(server, n)).await {
         Ok(_) => vm.put_waiting(n),
         Err(e) => {
             tracing::debug!(error = %redact_uuids(&e.to_string()), "starting a waiting interpreter failed")

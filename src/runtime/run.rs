@@ -83,7 +83,7 @@ async fn exec_run(
             .map(|(out, state)| (out, Some(state))),
         None => {
             let budget = p.timeout_ms;
-            ready::exec_call(m.config.prestart, vm, p, then, 1)
+            ready::exec_call(m.config.prestart_mode(), vm, p, then, 1)
                 .await
                 .map(|out| (out, None))
                 .map_err(|e| RunError::Exec(DaemonFailure::new(e, budget)))

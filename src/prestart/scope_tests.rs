@@ -1,0 +1,318 @@
+//! Node's scope servers (`guest/prestart/scope.{sh,mjs}`), run on this
+//! host as a VM runs them: root fills and relays, the servers and the calls
+//! run as the guest user, in a directory of the test's own. What a call
+//! must keep from "a fresh process each" (issue 43, docs/contract.md): its
+//! own globals, env, listeners, output, exit code and deadline.
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// Reports a test skipped, with why; where CI asks for the root-only tests
+/// (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root), fails instead.
+fn skipped(why: &str) {
+    let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "SCR_REQUIRE_ROOT_TESTS=1, but this test would skip: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
+/// One VM's scope servers: `slots` call slots, so one server more.
+struct HostScopes {
+    base: std::path::PathBuf,
+    slots: usize,
+    /// The heap bound each scope gets (`SCR_SCOPE_HEAP_MB`), if not the
+    /// VM's share.
+    heap_mb: Option<u32>,
+}
+
+impl HostScopes {
+    fn new(slots: usize, heap_mb: Option<u32>) -> Option<HostScopes> {
+        use std::os::unix::fs::MetadataExt;
+        let base =
+            std::env::temp_dir().join(format!("scr-scopes-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&base).unwrap();
+        if std::fs::metadata(&base).unwrap().uid() != 0 {
+            let _ = std::fs::remove_dir_all(&base);
+            skipped("scope servers are started by root as the guest user; run as root");
+            return None;
+        }
+        if Command::new("node").arg("-e0").status().is_err() {
+            let _ = std::fs::remove_dir_all(&base);
+            skipped("node is not on PATH");
+            return None;
+        }
+        let s = HostScopes {
+            base,
+            slots,
+            heap_mb,
+        };
+        let fill = shell(
+            Server::NodeScopes,
+            spawn_command(Server::NodeScopes, 0, Start::Alone, slots, ""),
+            Vec::new(),
+            30_000,
+        );
+        let (o, _) = s.exec(&fill);
+        assert_eq!(o.exit_code, Some(0), "{o:?}");
+        assert!(
+            s.wait_ready(s.keep()),
+            "every server waits with a scope ready"
+        );
+        Some(s)
+    }
+
+    fn keep(&self) -> usize {
+        node_interpreters(self.slots)
+    }
+
+    fn dir(&self) -> std::path::PathBuf {
+        self.base.join(".scr").join("scope")
+    }
+
+    fn exec(&self, e: &ExecParams) -> (ExecOutput, Duration) {
+        let began = Instant::now();
+        let mut cmd = Command::new(&e.argv[0]);
+        cmd.args(&e.argv[1..])
+            .envs(&e.env)
+            .env("SCR_SCOPES", self.dir())
+            .current_dir("/tmp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(mb) = self.heap_mb {
+            cmd.env("SCR_SCOPE_HEAP_MB", mb.to_string());
+        }
+        let mut child = cmd.spawn().expect("sh runs");
+        let stdin = e.stdin.clone().unwrap_or_default();
+        let mut pipe = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = pipe.write_all(&stdin);
+        });
+        let done = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        let o = ExecOutput {
+            stdout: String::from_utf8_lossy(&done.stdout).into(),
+            stderr: String::from_utf8_lossy(&done.stderr).into(),
+            exit_code: done.status.code(),
+            duration_ms: 0,
+        };
+        (o, began.elapsed())
+    }
+
+    /// `code` as a run of the node wrapper, relayed to a server: its
+    /// verdict, its output (the result frame taken off) and how long it
+    /// took.
+    fn run(&self, code: &str, timeout_ms: u64) -> (Verdict, Option<String>, Duration) {
+        let p = crate::guest::run_exec_with_result(Lang::Node, code, timeout_ms, "sec", 4096);
+        let key = VerdictKey::fresh();
+        let (o, took) = self.exec(&relay_exec(
+            Server::NodeScopes,
+            0,
+            None,
+            self.slots,
+            &p,
+            &key,
+        ));
+        let v = verdict(o, timeout_ms, &key);
+        let value = match &v {
+            Verdict::Ran(o) => match crate::run_result::take(&o.stdout, "sec").1 {
+                Some(crate::run_result::Completion::Value(v)) => Some(v.to_string()),
+                _ => None,
+            },
+            _ => None,
+        };
+        (v, value, took)
+    }
+
+    /// Until `n` servers live with a fresh scope waiting (deadline 20 s).
+    fn wait_ready(&self, n: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let ready = (0..self.keep())
+                .filter(|k| self.dir().join(k.to_string()).join("ready").exists())
+                .count();
+            if ready >= n {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn server_pids(&self) -> Vec<String> {
+        (0..self.keep())
+            .filter_map(|k| std::fs::read_to_string(self.dir().join(format!("{k}.pid"))).ok())
+            .map(|p| p.trim().to_string())
+            .collect()
+    }
+}
+
+impl Drop for HostScopes {
+    fn drop(&mut self) {
+        for pid in self.server_pids() {
+            if pid.parse::<u32>().is_ok_and(|p| p > 1) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{pid}")])
+                    .status();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn ran(v: &Verdict) -> &ExecOutput {
+    match v {
+        Verdict::Ran(o) => o,
+        other => panic!("the call ran: {other:?}"),
+    }
+}
+
+/// Whatever a call leaves in its process-wide state (a global, a module's
+/// own state, an env var, an exit listener, an exit code), the next call on
+/// the same server sees none of it; each call's output and exit code are
+/// its own, and what it starts with inherited stdio writes to its output.
+#[test]
+fn each_call_starts_from_a_fresh_scope() {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    let dirty = "globalThis.leak = 1; process.env.LEAK = '1'; \
+        process.on('exit', () => console.log('listener of an earlier call')); \
+        Array.prototype.leak = 1; process.exitCode = 3; return process.pid";
+    let look = "import { execSync } from 'node:child_process';\n\
+        execSync('echo from-a-child', { stdio: 'inherit' });\n\
+        console.error('err line');\n\
+        const seen = [typeof globalThis.leak, process.env.LEAK ?? null, [].leak ?? null, process.exitCode ?? null];\n\
+        console.log(JSON.stringify(seen));";
+    let mut pids = std::collections::BTreeSet::new();
+    // More calls than servers: every server serves one after a dirty one.
+    for _ in 0..s.keep() * 2 {
+        let (v, pid, _) = s.run(dirty, 10_000);
+        let o = ran(&v);
+        assert_eq!(o.exit_code, Some(3), "{o:?}");
+        assert!(
+            o.stdout.contains("listener of an earlier call"),
+            "its own listener ran: {o:?}"
+        );
+        pids.insert(pid.expect("the run's result"));
+        let (v, _, _) = s.run(look, 10_000);
+        let o = ran(&v);
+        assert_eq!(o.exit_code, Some(0), "{o:?}");
+        assert_eq!(
+            crate::run_result::take(&o.stdout, "sec").0,
+            "from-a-child\n[\"undefined\",null,null,null]\n",
+            "{o:?}"
+        );
+        assert_eq!(o.stderr, "err line\n");
+    }
+    assert!(
+        pids.len() <= s.keep(),
+        "calls share their servers' processes (the pid is the server's): {pids:?}"
+    );
+}
+
+/// A call that spins is ended at its budget, alone: a call on another
+/// slot answers meanwhile, and the next calls find a server again.
+#[test]
+fn a_spinning_call_ends_at_its_budget_and_delays_no_other() {
+    let Some(s) = HostScopes::new(2, None) else {
+        return;
+    };
+    let (spun, quick) = std::thread::scope(|t| {
+        let spin = t.spawn(|| s.run("console.log('spinning'); for (;;) {}", 1_500));
+        // Once the spinner's relay claimed its server.
+        let claimed = |k: usize| s.dir().join(format!("{k}.claim")).exists();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !(0..s.keep()).any(claimed) {
+            assert!(Instant::now() < deadline, "the spinner claimed a server");
+            std::thread::yield_now();
+        }
+        let quick = s.run("return 6 * 7", 10_000);
+        (spin.join().unwrap(), quick)
+    });
+    assert!(matches!(spun.0, Verdict::TimedOut(_)), "{:?}", spun.0);
+    assert!(
+        spun.2 < Duration::from_secs(5),
+        "ended at its budget: {:?}",
+        spun.2
+    );
+    assert_eq!(quick.1.as_deref(), Some("42"), "{:?}", quick.0);
+    assert!(
+        quick.2 < Duration::from_millis(1_200),
+        "the other call did not wait for the spinner: {:?}",
+        quick.2
+    );
+    assert!(
+        s.wait_ready(s.keep()),
+        "the spinner's server was started again"
+    );
+    for _ in 0..s.keep() {
+        assert_eq!(s.run("return 1", 10_000).1.as_deref(), Some("1"));
+    }
+}
+
+/// A call that takes its whole server down costs only that call: it ran
+/// (never `cold`: it is not sent again), and the next calls are served.
+#[rstest::rstest]
+#[case("process.abort()")]
+#[case("process.kill(process.pid, 'SIGKILL')")]
+fn a_call_that_ends_its_server_costs_only_itself(#[case] code: &str) {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    let (v, _, _) = s.run(code, 10_000);
+    let o = ran(&v);
+    assert_ne!(o.exit_code, Some(0), "{o:?}");
+    assert!(s.wait_ready(s.keep()), "a new server took its place");
+    for _ in 0..s.keep() {
+        assert_eq!(s.run("return 2", 10_000).1.as_deref(), Some("2"));
+    }
+}
+
+/// A scope's heap is bounded: a call past it ends alone (exit 1, and why),
+/// its server serves the next call.
+#[test]
+fn a_scopes_heap_is_bounded_and_released() {
+    let Some(s) = HostScopes::new(1, Some(64)) else {
+        return;
+    };
+    let hog = "const a = []; for (;;) a.push(new Array(1e5).fill({ x: 1 }))";
+    let (v, _, _) = s.run(hog, 20_000);
+    let o = ran(&v);
+    assert_eq!(o.exit_code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("64 MB"), "it says why: {o:?}");
+    let before = s.server_pids();
+    for _ in 0..s.keep() {
+        assert_eq!(s.run("return 3", 10_000).1.as_deref(), Some("3"));
+    }
+    assert_eq!(s.server_pids(), before, "the same servers serve on");
+}
+
+/// Nothing waits for a call when no server can take it: the relay says
+/// `cold` (nothing ran) before it hands anything.
+#[test]
+fn a_relay_with_no_server_says_cold() {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    for pid in s.server_pids() {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s
+        .server_pids()
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}/fd/3")).exists())
+    {
+        assert!(Instant::now() < deadline, "the servers ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (v, _, _) = s.run("return 1", 10_000);
+    assert_eq!(v, Verdict::Cold);
+}
