@@ -362,6 +362,10 @@ fn main() {
     if group_enabled("fan_in") {
         fan_in::fan_in(&rt);
     }
+    // ---- issue 43: node's scope servers against its pre-started processes ----
+    if group_enabled("node_scopes") {
+        scopes::node_scopes(&rt);
+    }
     // ---- issue 34: a run into a session against one into a plain kept runtime ----
     if group_enabled("session") {
         session::session(&rt);

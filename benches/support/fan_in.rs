@@ -69,6 +69,7 @@ fn interpreters_pss_mib() -> f64 {
         "HANDLER wrapper",
         "pre-started python interpreter",
         "/tmp/.scr/pre/ready.mjs",
+        "/tmp/.scr/scope/scope.mjs",
         "SCR-RELAY",
     ];
     let mut pids: Vec<String> = markers
@@ -89,7 +90,7 @@ fn interpreters_pss_mib() -> f64 {
 
 /// The most memory one runtime's interpreters hold while a burst keeps
 /// every slot busy (sampled every 10 ms, untimed).
-async fn busy_memory(side: &Side, fid: &str, lang: Lang) {
+async fn busy_memory(side: &Side, fid: &str, label: &str) {
     let done = std::sync::atomic::AtomicBool::new(false);
     let sample = async {
         // The sampling period is what this measures by, not a wait.
@@ -107,7 +108,7 @@ async fn busy_memory(side: &Side, fid: &str, lang: Lang) {
     };
     let (most, ()) = tokio::join!(sample, burst);
     record_bounded(
-        &format!("fan_in/busy_vm_interpreters_pss_mib/{}", lang.as_str()),
+        &format!("fan_in/busy_vm_interpreters_pss_mib/{label}"),
         most,
         VM_MEMORY_MIB * 0.75,
     );
@@ -115,16 +116,28 @@ async fn busy_memory(side: &Side, fid: &str, lang: Lang) {
 
 /// `fan_in_parallel_io` and `fan_in_parallel_cpu` for `lang`.
 async fn parallel(parallel: &Side, single: &Side, lang: Lang, work: &str, limit: f64) {
+    parallel_labelled(parallel, single, lang, work, limit, lang.as_str()).await;
+}
+
+/// The same, the figures named `…/<label>` (another group's sides).
+pub(super) async fn parallel_labelled(
+    parallel: &Side,
+    single: &Side,
+    lang: Lang,
+    work: &str,
+    limit: f64,
+    label: &str,
+) {
     let fid = format!("bench-fan-{work}-{}::f", lang.as_str());
     let src = source(lang, work);
     register(parallel, &fid, lang, &src).await;
     register(single, &fid, lang, &src).await;
     if work == "io" {
-        busy_memory(parallel, &fid, lang).await;
+        busy_memory(parallel, &fid, label).await;
     }
     let rounds = pairs(ROUNDS).min(ROUNDS * 4);
     paired_ratio(
-        &format!("fan_in_parallel_{work}/{}", lang.as_str()),
+        &format!("fan_in_parallel_{work}/{label}"),
         limit,
         rounds,
         || burst_p50(parallel, &fid, CALLERS),

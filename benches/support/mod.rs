@@ -9,6 +9,7 @@ pub mod floor;
 pub mod guest_middleware;
 pub mod prestart;
 pub mod scaling;
+pub mod scopes;
 pub mod session;
 
 use std::collections::BTreeMap;

@@ -9,16 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-/// Reports a test skipped, with why; where CI asks for the root-only tests
-/// (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root), fails instead.
-fn skipped(why: &str) {
-    let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "SCR_REQUIRE_ROOT_TESTS=1, but this test would skip: {why}"
-    );
-    eprintln!("skipped: {why}");
-}
+use crate::session::tests::skipped;
 
 /// One VM's scope servers: `slots` call slots, so one server more.
 struct HostScopes {
@@ -40,7 +31,7 @@ impl HostScopes {
             skipped("scope servers are started by root as the guest user; run as root");
             return None;
         }
-        if Command::new("node").arg("-e0").status().is_err() {
+        if Command::new("node").args(["-e", "0"]).status().is_err() {
             let _ = std::fs::remove_dir_all(&base);
             skipped("node is not on PATH");
             return None;

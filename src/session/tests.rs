@@ -144,7 +144,7 @@ fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_re
 
 /// Reports a test skipped, with why; where CI asks for the root-only tests
 /// (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root), fails instead.
-fn skipped(why: &str) {
+pub(crate) fn skipped(why: &str) {
     let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
     assert!(
         !required,
