@@ -15,6 +15,8 @@ pub mod guest;
 pub mod guest_access;
 pub mod guest_listener;
 mod guest_policy;
+#[cfg(test)]
+mod host_run;
 pub mod ids;
 mod metering;
 pub mod nodelay;

@@ -140,4 +140,4 @@ pub(crate) fn verdict(mut out: ExecOutput, timeout_ms: u64, key: &VerdictKey) ->
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -68,8 +68,9 @@ scr_as_guest() {
 # scr_scopes_own: $SCR_SCOPES and its parent are directories of this
 # shell's user (root) that no guest made or can change.
 scr_scopes_own() {
-  mkdir -m 755 "${SCR_SCOPES%/*}" "$SCR_SCOPES" 2>/dev/null
   for q in "${SCR_SCOPES%/*}" "$SCR_SCOPES"; do
+    # (Every relay asks: `mkdir` runs only when one is missing.)
+    [ -e "$q" ] || mkdir -m 755 "$q" 2>/dev/null
     [ -d "$q" ] && [ ! -h "$q" ] && [ -O "$q" ] || return 1
   done
 }
@@ -195,10 +196,13 @@ scr_scope() {
   for f in 0 1 2; do
     [ -p "/proc/$$/fd/$f" ] && pipes="$pipes /proc/$$/fd/$f"
   done
+  # The half reports in a file of root's directory (no guest can put a
+  # link there), the file itself the guest's; a mark that a killed relay
+  # of the same pid left is no deadline of this one. (One `chown` for all:
+  # every exec here is on the call's path.)
   report=$SCR_SCOPES/report.$$
-  rm -f "$report" "$SCR_SCOPES/late.$$"
-  if ! { [ -z "$pipes" ] || chown "$u:$g" $pipes; } ||
-    ! { : >"$report" && chown "$u:$g" "$report" && chmod 600 "$report"; }; then
+  [ -e "$SCR_SCOPES/late.$$" ] && rm -f "$SCR_SCOPES/late.$$"
+  if ! { (umask 077 && : >"$report") && chown "$u:$g" $pipes "$report"; }; then
     rm -f "$report" "$SCR_SCOPES/$k.claim"
     scr_told cold 0
   fi

@@ -3,13 +3,11 @@
 //! run as the guest user, in a directory of the test's own. What a call
 //! must keep from "a fresh process each" (issue 43, docs/contract.md): its
 //! own globals, env, listeners, output, exit code and deadline.
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
-
-use crate::session::tests::skipped;
+use crate::host_run::{end_session, exec_here, skipped, wait_until};
 
 /// One VM's scope servers: `slots` call slots, so one server more.
 struct HostScopes {
@@ -64,33 +62,14 @@ impl HostScopes {
         self.base.join(".scr").join("scope")
     }
 
+    /// `e` as the VM runs it, and how long it took.
     fn exec(&self, e: &ExecParams) -> (ExecOutput, Duration) {
         let began = Instant::now();
-        let mut cmd = Command::new(&e.argv[0]);
-        cmd.args(&e.argv[1..])
-            .envs(&e.env)
-            .env("SCR_SCOPES", self.dir())
-            .current_dir("/tmp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut env = vec![("SCR_SCOPES", self.dir().display().to_string())];
         if let Some(mb) = self.heap_mb {
-            cmd.env("SCR_SCOPE_HEAP_MB", mb.to_string());
+            env.push(("SCR_SCOPE_HEAP_MB", mb.to_string()));
         }
-        let mut child = cmd.spawn().expect("sh runs");
-        let stdin = e.stdin.clone().unwrap_or_default();
-        let mut pipe = child.stdin.take().unwrap();
-        let writer = std::thread::spawn(move || {
-            let _ = pipe.write_all(&stdin);
-        });
-        let done = child.wait_with_output().unwrap();
-        writer.join().unwrap();
-        let o = ExecOutput {
-            stdout: String::from_utf8_lossy(&done.stdout).into(),
-            stderr: String::from_utf8_lossy(&done.stderr).into(),
-            exit_code: done.status.code(),
-            duration_ms: 0,
-        };
+        let o = exec_here(e, &env);
         (o, began.elapsed())
     }
 
@@ -121,17 +100,10 @@ impl HostScopes {
 
     /// Until `n` servers live with a fresh scope waiting (deadline 20 s).
     fn wait_ready(&self, n: usize) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            let ready = (0..self.keep())
-                .filter(|k| self.dir().join(k.to_string()).join("ready").exists())
-                .count();
-            if ready >= n {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        wait_until(Duration::from_secs(20), || {
+            let ready = |k: &usize| self.dir().join(k.to_string()).join("ready").exists();
+            (0..self.keep()).filter(ready).count() >= n
+        })
     }
 
     fn server_pids(&self) -> Vec<String> {
@@ -145,11 +117,7 @@ impl HostScopes {
 impl Drop for HostScopes {
     fn drop(&mut self) {
         for pid in self.server_pids() {
-            if pid.parse::<u32>().is_ok_and(|p| p > 1) {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{pid}")])
-                    .status();
-            }
+            end_session(&pid);
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }
@@ -217,11 +185,10 @@ fn a_spinning_call_ends_at_its_budget_and_delays_no_other() {
         let spin = t.spawn(|| s.run("console.log('spinning'); for (;;) {}", 1_500));
         // Once the spinner's relay claimed its server.
         let claimed = |k: usize| s.dir().join(format!("{k}.claim")).exists();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !(0..s.keep()).any(claimed) {
-            assert!(Instant::now() < deadline, "the spinner claimed a server");
-            std::thread::yield_now();
-        }
+        assert!(
+            wait_until(Duration::from_secs(5), || (0..s.keep()).any(claimed)),
+            "the spinner claimed a server"
+        );
         let quick = s.run("return 6 * 7", 10_000);
         (spin.join().unwrap(), quick)
     });
@@ -291,19 +258,16 @@ fn a_relay_with_no_server_says_cold() {
         return;
     };
     for pid in s.server_pids() {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .status();
+        end_session(&pid);
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s
-        .server_pids()
-        .iter()
-        .any(|p| std::path::Path::new(&format!("/proc/{p}/fd/3")).exists())
-    {
-        assert!(Instant::now() < deadline, "the servers ended");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let holds_in = |p: &String| std::path::Path::new(&format!("/proc/{p}/fd/3")).exists();
+    assert!(
+        wait_until(Duration::from_secs(5), || !s
+            .server_pids()
+            .iter()
+            .any(holds_in)),
+        "the servers ended"
+    );
     let (v, _, _) = s.run("return 1", 10_000);
     assert_eq!(v, Verdict::Cold);
 }

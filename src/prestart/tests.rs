@@ -1,6 +1,7 @@
 //! The relay's commands and scripts, checked as they travel and run on
 //! the host: verdicts, requests, spawns, fills and their directories.
 use super::*;
+use crate::host_run::end_session;
 use rstest::rstest;
 
 fn out(stderr: &str, code: i32) -> ExecOutput {
@@ -15,16 +16,6 @@ fn relay_sh(pre: &std::path::Path, command: &str) -> std::process::Output {
         .args(["-c", &script])
         .output()
         .expect("sh runs")
-}
-
-/// Ends the session of the interpreter a pid file names (never `kill -1`:
-/// anything but a pid above 1 is skipped).
-fn end_session(pid_file: &str) {
-    if let Some(pid) = pid_file.trim().parse::<u32>().ok().filter(|p| *p > 1) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .status();
-    }
 }
 
 /// A relay's verdict line for `key`, as relay_fork.sh's `scr_told` prints it.

@@ -1,11 +1,9 @@
 //! The session turn's exec and verdicts, and turns run on this host as a VM runs them.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use rstest::rstest;
 
 use super::*;
+use crate::host_run::{end_session, exec_here, skipped};
 use crate::sandbox::Outcome;
 
 fn out(stderr: &str, code: i32) -> ExecOutput {
@@ -142,17 +140,6 @@ fn the_harness_travels_only_to_start_an_interpreter_and_the_token_only_in_the_re
     assert!(harness(Lang::Node).trim_end().ends_with("await session();"));
 }
 
-/// Reports a test skipped, with why; where CI asks for the root-only tests
-/// (`SCR_REQUIRE_ROOT_TESTS=1`, set by `.ci/run` as root), fails instead.
-pub(crate) fn skipped(why: &str) {
-    let required = std::env::var("SCR_REQUIRE_ROOT_TESTS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "SCR_REQUIRE_ROOT_TESTS=1, but this test would skip: {why}"
-    );
-    eprintln!("skipped: {why}");
-}
-
 /// Turns of one session, run on this host as the VM runs them (root drops
 /// to the guest user), in a directory of the test's own.
 struct HostSession {
@@ -181,29 +168,7 @@ impl HostSession {
         let p = crate::guest::run_exec_with_result(self.lang, code, timeout_ms, "sec", 1000);
         let key = VerdictKey::fresh();
         let e = turn_exec(self.lang, &p, start, &key);
-        let mut child = Command::new(&e.argv[0])
-            .args(&e.argv[1..])
-            .envs(&e.env)
-            .env("SCR_SESSION", &self.dir)
-            .current_dir("/tmp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sh runs");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(e.stdin.as_deref().unwrap())
-            .unwrap();
-        let done = child.wait_with_output().unwrap();
-        let o = ExecOutput {
-            stdout: String::from_utf8_lossy(&done.stdout).into(),
-            stderr: String::from_utf8_lossy(&done.stderr).into(),
-            exit_code: done.status.code(),
-            duration_ms: 0,
-        };
+        let o = exec_here(&e, &[("SCR_SESSION", self.dir.display().to_string())]);
         verdict(o, timeout_ms, &key)
     }
 
@@ -226,10 +191,7 @@ impl HostSession {
 impl Drop for HostSession {
     fn drop(&mut self) {
         if let Ok(pid) = std::fs::read_to_string(self.dir.join("pid")) {
-            if pid.trim().parse::<u32>().is_ok_and(|p| p > 1) {
-                let group = format!("-{}", pid.trim());
-                let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-            }
+            end_session(&pid);
         }
         let _ = std::fs::remove_dir_all(self.dir.parent().unwrap().parent().unwrap());
     }
