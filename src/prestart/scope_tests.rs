@@ -39,19 +39,23 @@ impl HostScopes {
             slots,
             heap_mb,
         };
-        let fill = shell(
-            Server::NodeScopes,
-            spawn_command(Server::NodeScopes, 0, Start::Alone, slots, ""),
-            Vec::new(),
-            30_000,
-        );
-        let (o, _) = s.exec(&fill);
+        let (o, _) = s.exec(&s.fill());
         assert_eq!(o.exit_code, Some(0), "{o:?}");
         assert!(
             s.wait_ready(s.keep()),
             "every server waits with a scope ready"
         );
         Some(s)
+    }
+
+    /// The exec that keeps `keep` servers live.
+    fn fill(&self) -> ExecParams {
+        shell(
+            Server::NodeScopes,
+            spawn_command(Server::NodeScopes, 0, Start::Alone, self.slots, ""),
+            Vec::new(),
+            30_000,
+        )
     }
 
     fn keep(&self) -> usize {
@@ -279,4 +283,58 @@ fn a_relay_with_no_server_says_cold() {
     );
     let (v, _, _) = s.run("return 1", 10_000);
     assert_eq!(v, Verdict::Cold);
+}
+
+/// A fill never touches a server that lives, busy or not: a call being
+/// served when the next fill runs answers, from the same server.
+#[test]
+fn a_fill_leaves_live_servers_alone() {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    let before = s.server_pids();
+    let (slow, filled) = std::thread::scope(|t| {
+        let slow = t.spawn(|| {
+            s.run(
+                "await new Promise((r) => setTimeout(r, 1500)); return 'slow'",
+                10_000,
+            )
+        });
+        let claimed = |k: usize| s.dir().join(format!("{k}.claim")).exists();
+        assert!(
+            wait_until(Duration::from_secs(5), || (0..s.keep()).any(claimed)),
+            "the slow call claimed a server"
+        );
+        let (filled, _) = s.exec(&s.fill());
+        (slow.join().unwrap(), filled)
+    });
+    assert_eq!(filled.exit_code, Some(0), "{filled:?}");
+    assert_eq!(slow.1.as_deref(), Some("\"slow\""), "{:?}", slow.0);
+    assert_eq!(s.server_pids(), before, "no server was started again");
+}
+
+/// A relay hands a call to a server as soon as its pid is written, and a
+/// line written to a FIFO nobody holds is dropped when its writer closes
+/// it. So each server holds `in` (fd 3) and `life` (fd 4) from before its
+/// pid is there: checked right after each of 10 starts, by the shell that
+/// started it.
+#[test]
+fn a_server_holds_its_fifos_before_its_pid_is_written() {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    let check = format!(
+        "scr_ids {user} && scr_as_guest || exit 1\nkeep=2\ni=10\nwhile [ $i -lt 20 ]; do\n  scr_start $i\n  read -r q <\"$SCR_SCOPES/$i.pid\"\n  [ /proc/$q/fd/3 -ef \"$SCR_SCOPES/$i/in\" ] && [ /proc/$q/fd/4 -ef \"$SCR_SCOPES/$i/life\" ] || echo \"late $i\"\n  i=$((i + 1))\ndone",
+        user = crate::session::guest_user(Lang::Node)
+    );
+    let (o, _) = s.exec(&shell(Server::NodeScopes, check, Vec::new(), 30_000));
+    for i in 10..20 {
+        end_session(&std::fs::read_to_string(s.dir().join(format!("{i}.pid"))).unwrap_or_default());
+    }
+    assert_eq!(o.exit_code, Some(0), "{o:?}");
+    assert!(
+        o.stdout.is_empty(),
+        "FIFOs opened after the pid: {}",
+        o.stdout
+    );
 }
