@@ -100,10 +100,14 @@ fn relay_fork() -> &'static str {
     BARE.get_or_init(|| bare(RELAY_FORK_SH))
 }
 
-/// Node's scope servers' shell side, after the verdict's (scr_told).
+/// Node's scope servers' shell side, after the verdict's (scr_told) and
+/// becoming the guest (scr_ids, scr_as_guest, scr_hand_over).
 fn scope_sh() -> &'static str {
     static BARE: OnceLock<String> = OnceLock::new();
-    BARE.get_or_init(|| format!("{}\n{}", relay_fork(), bare(SCOPE_SH)))
+    BARE.get_or_init(|| {
+        let as_guest = bare(crate::session::AS_GUEST_SH);
+        format!("{}\n{as_guest}\n{}", relay_fork(), bare(SCOPE_SH))
+    })
 }
 
 /// How calls find a fresh interpreter (the config's `prestart` and

@@ -23,6 +23,8 @@ use crate::prestart::{bare, request, seconds, take_verdict, VerdictKey};
 use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 
 const TURN_SH: &str = include_str!("../guest/session/turn.sh");
+/// Becoming the guest user, shared with node's scope servers.
+pub(crate) const AS_GUEST_SH: &str = include_str!("../guest/as_guest.sh");
 const PYTHON_SESSION: &str = include_str!("../guest/session/session.py");
 const NODE_SESSION: &str = include_str!("../guest/session/session.mjs");
 
@@ -37,7 +39,7 @@ const TURN_GRACE_MS: u64 = 5_000;
 
 fn turn_script() -> &'static str {
     static BARE: OnceLock<String> = OnceLock::new();
-    BARE.get_or_init(|| bare(TURN_SH))
+    BARE.get_or_init(|| format!("{}\n{}", bare(AS_GUEST_SH), bare(TURN_SH)))
 }
 
 /// The session interpreter's script: the run wrapper's definitions (all but

@@ -1,6 +1,7 @@
 # sandbox-code-runner: node's scope servers, the shell side (sourced after
-# relay_fork.sh by every node exec that starts one or relays a call into
-# one: `sh -c <relay_fork.sh + this file + one command>`).
+# relay_fork.sh and as_guest.sh by every node exec that starts one or
+# relays a call into one: `sh -c <relay_fork.sh + as_guest.sh + this file
+# + one command>`).
 #
 # A scope server (scope.mjs) is a long-lived node process of the guest
 # user, one per call slot and one spare (<keep>), each in its own session.
@@ -34,36 +35,6 @@
 # directory, and a report file it made there.
 
 SCR_SCOPES=${SCR_SCOPES:-/tmp/.scr/scope}
-
-# scr_ids <uid:gid>: $u and $g, the guest user to become (SCR_GUEST_USER
-# overrides, as in the wrappers); false for root or anything else.
-scr_ids() {
-  spec=${SCR_GUEST_USER:-$1}
-  u=${spec%%:*}
-  g=${spec#*:}
-  case "$u:$g" in
-    *:*:* | :* | *: | *[!0-9:]*) return 1 ;;
-  esac
-  [ "$u" -gt 0 ] && [ "$g" -gt 0 ]
-}
-
-# scr_as_guest: the command that runs what follows as the guest user
-# ($as_guest, empty where the user namespace maps one id only: there is
-# no other user to become); false without setpriv.
-scr_as_guest() {
-  rows=0
-  one=
-  while read -r _ _ n; do
-    rows=$((rows + 1))
-    one=$n
-  done </proc/self/uid_map
-  if [ "$rows" = 1 ] && [ "$one" = 1 ]; then
-    as_guest=
-    return 0
-  fi
-  command -v setpriv >/dev/null 2>&1 || return 1
-  as_guest="setpriv --reuid=$u --regid=$g --clear-groups --"
-}
 
 # scr_scopes_own: $SCR_SCOPES and its parent are directories of this
 # shell's user (root) that no guest made or can change.
@@ -189,20 +160,9 @@ scr_scope() {
     done
   done
   [ -n "$k" ] || scr_told cold 0
-  # The exec's streams are pipes the daemon's agent made, root's and
-  # 0600: the server (the guest) reopens them through /proc, so they
-  # become the guest's (they carry only this call, and die with the exec).
-  pipes=
-  for f in 0 1 2; do
-    [ -p "/proc/$$/fd/$f" ] && pipes="$pipes /proc/$$/fd/$f"
-  done
-  # The half reports in a file of root's directory (no guest can put a
-  # link there), the file itself the guest's; a mark that a killed relay
-  # of the same pid left is no deadline of this one. (One `chown` for all:
-  # every exec here is on the call's path.)
   report=$SCR_SCOPES/report.$$
   [ -e "$SCR_SCOPES/late.$$" ] && rm -f "$SCR_SCOPES/late.$$"
-  if ! { (umask 077 && : >"$report") && chown "$u:$g" $pipes "$report"; }; then
+  if ! scr_hand_over "$report"; then
     rm -f "$report" "$SCR_SCOPES/$k.claim"
     scr_told cold 0
   fi
@@ -217,8 +177,18 @@ scr_scope() {
     trap 'kill $! 2>/dev/null; exit 0' TERM
     sleep "$budget" &
     wait $! || exit 0
+    # Fired: what follows is done whole, and the relay waits for it.
+    trap '' TERM
     : >"$SCR_SCOPES/late.$$"
     kill -KILL -"$p" "$half" 2>/dev/null
+    # A killed process holds its fds until it has exited: the refill
+    # after the verdict must not find it live (then nothing starts the
+    # slot's server again). Waited for, up to 2 s.
+    n=0
+    while [ -e "/proc/$p/fd/3" ] && [ "$n" -lt 200 ]; do
+      sleep 0.01
+      n=$((n + 1))
+    done
   ) &
   w=$!
   # (Quiet: the shell would report a half the deadline killed.)

@@ -1,4 +1,4 @@
-# sandbox-code-runner: one run into a session (a kept runtime whose
+# sandbox-code-runner (after as_guest.sh): one run into a session (a kept runtime whose
 # interpreter keeps its globals between runs), as one exec:
 #   sh -c 'eval "$SCR_TURN"' sh root <guest uid:gid> <budget s> <lang> [<harness>]
 # with this file as SCR_TURN and the run's request on stdin (a header line
@@ -77,15 +77,9 @@ scr_said() {
 
 # scr_turn_root <uid:gid> <budget> <lang> [<harness>]
 scr_turn_root() {
-  spec=${SCR_GUEST_USER:-$1}
-  u=${spec%%:*}
-  g=${spec#*:}
-  case "$u:$g" in
-    *:*:* | :* | *: | *[!0-9:]*) scr_refused "SCR_GUEST_USER=$spec is not <uid>:<gid>" ;;
-  esac
-  [ "$u" -gt 0 ] && [ "$g" -gt 0 ] || scr_refused "SCR_GUEST_USER=$spec names root"
+  scr_ids "$1" || scr_refused "$why"
   root=${SCR_SESSION%/*}
-  mkdir -m 755 "$root" 2>/dev/null
+  [ -e "$root" ] || mkdir -m 755 "$root" 2>/dev/null
   [ -d "$root" ] && [ ! -h "$root" ] && [ -O "$root" ] || scr_refused "$root is not root's"
   if [ -h "$SCR_SESSION" ] || { [ -e "$SCR_SESSION" ] && [ ! -d "$SCR_SESSION" ]; }; then
     rm -f "$SCR_SESSION"
@@ -98,35 +92,11 @@ scr_turn_root() {
   # interpreter. None: nothing is handed, root says so, and the run comes
   # again.
   [ -n "${4:-}" ] || scr_live || scr_verdict continued gone
-  # The guest half's report, in root's directory (no guest can put a
-  # link there), the file itself the guest's.
   report=$root/turn.$$
-  rm -f "$report"
-  : >"$report" && chown "$u:$g" "$report" && chmod 600 "$report" ||
-    scr_refused "cannot make $report"
-  # The exec's streams are pipes the daemon's agent made, root's and 0600:
-  # the interpreter (the guest) reopens them through /proc, so they become
-  # the guest's (they carry only this run, and die with the exec).
-  pipes=
-  for f in 0 1 2; do
-    [ -p "/proc/$$/fd/$f" ] && pipes="$pipes /proc/$$/fd/$f"
-  done
-  [ -z "$pipes" ] || chown "$u:$g" $pipes || scr_refused "cannot hand the exec's streams over"
+  scr_hand_over "$report" || scr_refused "cannot hand the exec's streams over"
   shift
-  # A sandbox whose user namespace maps one id has no other user to become.
-  rows=0
-  one=
-  while read -r _ _ n; do
-    rows=$((rows + 1))
-    one=$n
-  done </proc/self/uid_map
-  if [ "$rows" = 1 ] && [ "$one" = 1 ]; then
-    SCR_REPORT=$report sh -c "$SCR_TURN" sh guest "$@"
-  else
-    command -v setpriv >/dev/null 2>&1 || scr_refused "setpriv (util-linux) is not in the image"
-    SCR_REPORT=$report setpriv --reuid="$u" --regid="$g" --clear-groups -- \
-      sh -c "$SCR_TURN" sh guest "$@"
-  fi
+  scr_as_guest || scr_refused "$why"
+  SCR_REPORT=$report $as_guest sh -c "$SCR_TURN" sh guest "$@"
   said=
   read -r said 2>/dev/null <"$report"
   rm -f "$report"
