@@ -24,6 +24,9 @@ pub(crate) const NODE_RUN: &str = concat!(
     include_str!("../guest/node/shared.mjs"),
     include_str!("../guest/node/run.mjs")
 );
+/// What node's long-lived interpreters (a session's, a scope server) share,
+/// put in front of each.
+pub(crate) const NODE_SERVING: &str = include_str!("../guest/node/serving.mjs");
 pub(crate) const NODE_INVOKE: &str = concat!(
     include_str!("../guest/node/shared.mjs"),
     include_str!("../guest/node/invoke.mjs")

@@ -234,7 +234,10 @@ fn harness(server: Server) -> &'static str {
             with(wrappers, "_WRAPPERS = ", PYTHON_READY)
         }),
         Server::NodeProcesses => NODE.get_or_init(|| with(node, "const WRAPPERS = ", NODE_READY)),
-        Server::NodeScopes => SCOPES.get_or_init(|| with(node, "const WRAPPERS = ", NODE_SCOPE)),
+        Server::NodeScopes => SCOPES.get_or_init(|| {
+            let server = format!("{}{NODE_SCOPE}", crate::guest::NODE_SERVING);
+            with(node, "const WRAPPERS = ", &server)
+        }),
     }
 }
 

@@ -56,7 +56,10 @@ fn harness(lang: Lang) -> &'static str {
     };
     match lang {
         Lang::Python => PYTHON.get_or_init(|| join(PYTHON_RUN, "_main()", PYTHON_SESSION)),
-        Lang::Node => NODE.get_or_init(|| join(NODE_RUN, "await main();", NODE_SESSION)),
+        Lang::Node => NODE.get_or_init(|| {
+            let session = format!("{}{NODE_SESSION}", crate::guest::NODE_SERVING);
+            join(NODE_RUN, "await main();", &session)
+        }),
     }
 }
 

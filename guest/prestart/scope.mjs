@@ -30,6 +30,11 @@ import { pathToFileURL } from 'node:url';
 import { inspect } from 'node:util';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 
+// (guest/node/serving.mjs is put in front of this file by the worker:
+// writeAll, fdStream, reopen, writeStatus, nextRelay. The server alone
+// opens anything while it reopens fds 1 and 2: the scope waits, or has
+// ended.)
+
 const TAIL = 'await main();';
 const SDK_FILE = `${process.env.SCR_NODE_SDK_DIR || '/node_modules/iii-sdk'}/dist/index.mjs`;
 const WRAPPER_TEXTS = typeof WRAPPERS === 'undefined' ? [] : WRAPPERS;
@@ -140,11 +145,8 @@ async function serveCall(dir, relay, scope, life) {
     return null;
   }
   const code = await scope.run({ script: req.script, env: req.env || {}, data });
-  try {
-    fs.ftruncateSync(status, 0);
-    fs.writeSync(status, String(code & 0xff), 0);
-    fs.closeSync(status);
-  } catch { /* the relay is gone */ }
+  writeStatus(status, code);
+  fs.closeSync(status);
   reopen(1, '/dev/null');
   reopen(2, '/dev/null');
   say(life, relay);
@@ -167,16 +169,6 @@ function namesIii(data) {
   return /\biii\b/.test(code);
 }
 
-// fd `fd` reopened on `file`: the fd closed is the lowest free one, which
-// the next open takes. Only this thread opens anything while it does so
-// (the scope waits, or has ended); if the open lands elsewhere all the
-// same, the streams are not where a call expects them, and the server ends
-// (exit 97: the relay reports it, and a fill starts another).
-function reopen(fd, file) {
-  try { fs.closeSync(fd); } catch { /* closed */ }
-  if (fs.openSync(file, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
-}
-
 // The report of an error no code caught, as node prints one (without this
 // server's own frames).
 function uncaught(e, heapMb) {
@@ -188,57 +180,7 @@ function uncaught(e, heapMb) {
   return `${text.split('\n').filter((l) => !(/^\s+at /.test(l) && own.test(l))).join('\n')}\n\nNode.js ${process.version}`;
 }
 
-function writeAll(fd, text) {
-  const buf = Buffer.from(text);
-  for (let off = 0; off < buf.length;) {
-    try {
-      off += fs.writeSync(fd, buf, off, buf.length - off);
-    } catch (e) {
-      if (e.code !== 'EAGAIN') return;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
-    }
-  }
-}
-
-// The next relay's pid off `in` (fd 3), read off the event loop.
-let pending = '';
-function nextRelay() {
-  return new Promise((resolve) => {
-    const more = () => {
-      const nl = pending.indexOf('\n');
-      if (nl >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        const pid = Number.parseInt(line, 10);
-        return Number.isInteger(pid) && pid > 0 ? resolve(pid) : more();
-      }
-      const buf = Buffer.alloc(64);
-      return fs.read(3, buf, 0, buf.length, null, (e, got) => {
-        if (e || got === 0) process.reallyExit(0);
-        pending += buf.subarray(0, got).toString('ascii');
-        more();
-      });
-    };
-    more();
-  });
-}
-
 // ---- a scope (worker thread) ----
-
-// A stream that writes to a process fd synchronously: the call's stdout and
-// stderr are the server's fds 1 and 2 while it runs, and a worker's own
-// process.stdout would forward through the server's event loop instead.
-function fdStream(fd) {
-  const stream = new Writable({
-    write(chunk, encoding, done) {
-      writeAll(fd, typeof chunk === 'string' ? Buffer.from(chunk, encoding) : chunk);
-      done();
-    },
-  });
-  stream.fd = fd;
-  stream.isTTY = false;
-  return stream;
-}
 
 async function scope() {
   const out = fdStream(1);

@@ -16,28 +16,8 @@
 
 import { Writable } from 'node:stream';
 
-// Streams that write by fd number, so that fds 1 and 2, which change under
-// them each turn, are always what they write to; installed before anything
-// (the global console among it) first asks for them.
-function fdStream(fd) {
-  const stream = new Writable({
-    write(chunk, encoding, done) {
-      const buf = typeof chunk === 'string' ? Buffer.from(chunk, encoding) : chunk;
-      for (let off = 0; off < buf.length;) {
-        try {
-          off += fs.writeSync(fd, buf, off, buf.length - off);
-        } catch (e) {
-          if (e.code !== 'EAGAIN') return done();
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
-        }
-      }
-      return done();
-    },
-  });
-  stream.fd = fd;
-  stream.isTTY = false;
-  return stream;
-}
+// (guest/node/serving.mjs is put in front of this file by the worker: fdStream,
+// reopen, writeStatus, nextRelay.)
 
 async function session() {
   const out = fdStream(1);
@@ -79,51 +59,10 @@ async function session() {
   }
 }
 
-// fd `fd` reopened on `file`: the fd closed is the lowest free one, which
-// the next open takes, unless something an earlier turn left running opened
-// a file on the thread pool in between: then the streams are not where the
-// run's code expects them, and the interpreter ends (exit 97).
-function reopen(fd, file) {
-  try { fs.closeSync(fd); } catch { /* guest code closed it */ }
-  if (fs.openSync(file, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
-}
-
 // An error as node reports one, without this harness's own frames.
 function report(e) {
   const text = e instanceof Error && typeof e.stack === 'string' ? e.stack : inspect(e);
   return text.split('\n').filter((l) => !/^\s+at .*\[eval\d*\]/.test(l)).join('\n');
-}
-
-function writeStatus(status, code) {
-  if (status === null) return;
-  try {
-    fs.ftruncateSync(status, 0);
-    fs.writeSync(status, String(code & 0xff), 0);
-  } catch { /* gone */ }
-}
-
-// The next relay's pid off `in` (fd 3), read off the event loop, which
-// keeps serving what earlier turns left running.
-let pending = '';
-function nextRelay() {
-  return new Promise((resolve) => {
-    const more = () => {
-      const nl = pending.indexOf('\n');
-      if (nl >= 0) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        const pid = Number.parseInt(line, 10);
-        return Number.isInteger(pid) && pid > 0 ? resolve(pid) : more();
-      }
-      const buf = Buffer.alloc(64);
-      return fs.read(3, buf, 0, buf.length, null, (e, got) => {
-        if (e || got === 0) process.reallyExit(0);
-        pending += buf.subarray(0, got).toString('ascii');
-        more();
-      });
-    };
-    more();
-  });
 }
 
 async function runTurn(dir, relay, baseEnv, turn) {
