@@ -7,6 +7,7 @@
 # usage after N back-to-back calls (and the refills they cause, waited
 # for) over N is the figure. No worker, engine or daemon: guest side only.
 #   benches/node_scopes_cpu.sh [N] [run|handler]
+# (node is the one on PATH: PATH=<node 24>/bin:$PATH measures another.)
 set -eu
 N=${1:-40}
 kind=${2:-handler}
@@ -23,7 +24,7 @@ const g = `${repo}/guest/node/`;
 const shared = fs.readFileSync(g + 'shared.mjs', 'utf8');
 const W = [shared + fs.readFileSync(g + 'run.mjs', 'utf8'), shared + fs.readFileSync(g + 'invoke.mjs', 'utf8')];
 const pre = `const WRAPPERS = ${JSON.stringify(W)};\n`;
-fs.writeFileSync('scopes.mjs', pre + fs.readFileSync(`${repo}/guest/prestart/scope.mjs`, 'utf8'));
+fs.writeFileSync('scopes.mjs', pre + fs.readFileSync(`${repo}/guest/node/serving.mjs`, 'utf8') + fs.readFileSync(`${repo}/guest/prestart/scope.mjs`, 'utf8'));
 fs.writeFileSync('processes.mjs', pre + fs.readFileSync(`${repo}/guest/prestart/ready.mjs`, 'utf8'));
 fs.writeFileSync('/tmp/scr-cpu-handler.mjs', 'export async function handler(p) { return p; }\n');
 const body = kind === 'run' ? 'console.log(1)'
@@ -44,7 +45,7 @@ measure() {
   F=$(cat "$repo/guest/prestart/relay_fork.sh")
   if [ "$mode" = scopes ]; then
     S="$F
-$(cat "$repo/guest/prestart/scope.sh")"
+$(cat "$repo/guest/as_guest.sh" "$repo/guest/prestart/scope.sh")"
     sh -c "$S
 SCR_HARNESS=\$1
 scr_scope_fill 2 1000:1000" sh "$(cat scopes.mjs)"
