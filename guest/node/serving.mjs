@@ -43,6 +43,32 @@ function reopen(fd, file) {
   if (fs.openSync(file, fs.constants.O_WRONLY) !== fd) process.reallyExit(97);
 }
 
+// A relay's call, taken: its request off the relay's fd 6 (a header line,
+// then `stdin` bytes), the exec's stdout and stderr as fds 1 and 2 (the
+// streams first: one that cannot be taken leaves no status), and
+// <dir>/status.<relay> saying "137" (from here on the call counts as run).
+// null if any of it fails: fds 1 and 2 are /dev/null again, and no status
+// says the call was taken (its relay reports that nothing ran).
+function takeCall(dir, relay) {
+  let status = null;
+  try {
+    const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
+    const nl = buf.indexOf(10);
+    const req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
+    const data = buf.subarray(nl + 1, nl + 1 + Number(req.stdin));
+    reopen(1, `/proc/${relay}/fd/7`);
+    reopen(2, `/proc/${relay}/fd/8`);
+    status = fs.openSync(`${dir}/status.${relay}`, 'w', 0o600);
+    fs.writeSync(status, '137');
+    return { req, data, status };
+  } catch {
+    if (status !== null) fs.closeSync(status);
+    reopen(1, '/dev/null');
+    reopen(2, '/dev/null');
+    return null;
+  }
+}
+
 // A run's exit code over the "137" its status file held (`status` null:
 // none was taken).
 function writeStatus(status, code) {

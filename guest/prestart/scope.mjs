@@ -31,7 +31,7 @@ import { inspect } from 'node:util';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 
 // (guest/node/serving.mjs is put in front of this file by the worker:
-// writeAll, fdStream, reopen, writeStatus, nextRelay. The server alone
+// writeAll, fdStream, reopen, takeCall, writeStatus, nextRelay. The server alone
 // opens anything while it reopens fds 1 and 2: the scope waits, or has
 // ended.)
 
@@ -115,7 +115,6 @@ function start({ dir, wrappers, heapMb, sdk }) {
       if (failure !== null) writeAll(2, `${uncaught(failure, heapMb)}\n`);
       return failure !== null && code === 0 ? 1 : code;
     },
-    end: () => worker.terminate(),
   };
 }
 
@@ -124,26 +123,12 @@ function start({ dir, wrappers, heapMb, sdk }) {
 // call's code names `iii`, which decides whether the next scope loads the
 // SDK ahead.
 async function serveCall(dir, relay, scope, life) {
-  let req;
-  let data;
-  let status = null;
-  try {
-    const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
-    const nl = buf.indexOf(10);
-    req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
-    data = buf.subarray(nl + 1, nl + 1 + Number(req.stdin));
-    // The streams first: one that cannot be taken leaves no status.
-    reopen(1, `/proc/${relay}/fd/7`);
-    reopen(2, `/proc/${relay}/fd/8`);
-    status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o600);
-    fs.writeSync(status, '137');
-  } catch {
-    if (status !== null) fs.closeSync(status);
-    reopen(1, '/dev/null');
-    reopen(2, '/dev/null');
+  const taken = takeCall(dir, relay);
+  if (taken === null) {
     say(life, relay);
     return null;
   }
+  const { req, data, status } = taken;
   const code = await scope.run({ script: req.script, env: req.env || {}, data });
   writeStatus(status, code);
   fs.closeSync(status);

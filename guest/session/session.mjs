@@ -17,7 +17,7 @@
 import { Writable } from 'node:stream';
 
 // (guest/node/serving.mjs is put in front of this file by the worker: fdStream,
-// reopen, writeStatus, nextRelay.)
+// reopen, takeCall, writeStatus, nextRelay.)
 
 async function session() {
   const out = fdStream(1);
@@ -66,26 +66,10 @@ function report(e) {
 }
 
 async function runTurn(dir, relay, baseEnv, turn) {
-  let req;
-  let data;
-  try {
-    const buf = fs.readFileSync(`/proc/${relay}/fd/6`);
-    const nl = buf.indexOf(10);
-    req = JSON.parse(buf.subarray(0, nl).toString('utf8'));
-    data = buf.subarray(nl + 1, nl + 1 + Number(req.stdin));
-    // The streams first: a reopen that fails ends the interpreter, and
-    // with no status yet that reads as `lost` (nothing ran), not as a run.
-    reopen(1, `/proc/${relay}/fd/7`);
-    reopen(2, `/proc/${relay}/fd/8`);
-    turn.status = fs.openSync(path.join(dir, `status.${relay}`), 'w', 0o600);
-    fs.writeSync(turn.status, '137'); // taken: from here on the run counts as run
-  } catch {
-    reopen(1, '/dev/null');
-    reopen(2, '/dev/null');
-    if (turn.status !== null) fs.closeSync(turn.status);
-    turn.status = null;
-    return; // nothing ran and no status says so: the relay says `lost`
-  }
+  const taken = takeCall(dir, relay);
+  if (taken === null) return; // nothing ran and no status says so: the relay says `lost`
+  const { req, data } = taken;
+  turn.status = taken.status;
   for (const k of Object.keys(process.env)) delete process.env[k];
   Object.assign(process.env, baseEnv, req.env || {});
   const secret = process.env.SCR_RESULT_SECRET;
