@@ -35,7 +35,7 @@ JS
 chmod 644 /tmp/scr-cpu-handler.mjs
 clean() {
   pkill -KILL -f '/tmp/.scr/(scope/scope|pre/ready).mjs' 2>/dev/null || true
-  rm -rf /tmp/.scr && mkdir -m 755 /tmp/.scr
+  rm -rf /tmp/.scr /tmp/.scr-scope-* && mkdir -m 755 /tmp/.scr
 }
 usage() { cat "$CG/cpuacct.usage"; }
 settle() { sleep 3; }   # the refills a call leaves run after its verdict
@@ -50,7 +50,7 @@ $(cat "$repo/guest/as_guest.sh" "$repo/guest/prestart/scope.sh")"
 SCR_HARNESS=\$1
 scr_scope_fill 2 1000:1000" sh "$(cat scopes.mjs)"
     call() { SCR_VERDICT_KEY=k sh -c "$S
-scr_scope 2 5.000 1000:1000" <request 2>&1 | cat >/dev/null; }
+scr_scope 2 5000" <request 2>&1 | cat >/dev/null; }
   else
     S=$(cat "$repo/guest/prestart/relay.sh")
     sh -c "$S

@@ -101,7 +101,7 @@ fn relay_fork() -> &'static str {
 }
 
 /// Node's scope servers' shell side, after the verdict's (scr_told) and
-/// becoming the guest (scr_ids, scr_as_guest, scr_hand_over).
+/// becoming the guest (scr_ids, scr_as_guest).
 fn scope_sh() -> &'static str {
     static BARE: OnceLock<String> = OnceLock::new();
     BARE.get_or_init(|| {
@@ -372,16 +372,14 @@ pub(crate) fn relay_exec(
             ));
             shell_with(server, "", command, Vec::new(), timeout_ms)
         }
-        // A scope server serves call after call: the relay claims an idle
-        // one, keeps the budget as root and starts a server again only
-        // when the one it used is gone (`scr_scope` sets its own SCR_NEXT).
+        // The dispatcher keeps the VM's scope servers, hands each call to
+        // one that waits (the exec's own streams, nothing copied) and
+        // keeps the budget: the relay is shell builtins and one `rm`, and
+        // carries neither harness nor spawner (the dispatcher replaces a
+        // server that ends; a relay that finds no dispatcher says `cold`,
+        // and the cold run's fill starts one).
         Server::NodeScopes => {
-            let command = format!(
-                "scr_scope {} {} {}",
-                node_interpreters(slots),
-                seconds(p.timeout_ms),
-                crate::session::guest_user(Lang::Node)
-            );
+            let command = format!("scr_scope {} {}", node_interpreters(slots), p.timeout_ms);
             shell_with(server, "", command, Vec::new(), timeout_ms)
         }
     };

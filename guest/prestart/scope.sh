@@ -1,38 +1,34 @@
 # sandbox-code-runner: node's scope servers, the shell side (sourced after
-# relay_fork.sh and as_guest.sh by every node exec that starts one or
+# relay_fork.sh and as_guest.sh by every node exec that starts them or
 # relays a call into one: `sh -c <relay_fork.sh + as_guest.sh + this file
 # + one command>`).
 #
-# A scope server (scope.mjs) is a long-lived node process of the guest
-# user, one per call slot and one spare (<keep>), each in its own session.
-# It runs each call it is handed in a fresh worker thread it started ahead
-# (wrappers loaded, the iii SDK too when calls use it), and starts the next
-# one once the call has ended: a fresh scope per call without a process
-# start. Its files:
+# One dispatcher per VM (scope.mjs, root's, in its own session) keeps a
+# server per call slot and a spare (<keep>), each a guest-user node
+# process that runs one call at a time in a fresh worker thread it started
+# ahead: a fresh scope per call without a process start. A relay is shell
+# builtins and one `rm`: it claims a slot, hands the dispatcher its pid and
+# budget, and waits for `done <its pid>` on the slot's `life`; the
+# dispatcher gives the exec's own streams to a server (nothing is copied),
+# keeps the budget and writes the status. The files:
 #
 #   $SCR_SCOPES/                root's, 0755: nothing here is the guest's
 #     scope.mjs                 the harness (root's, 0644)
-#     <k>.pid                   server <k>'s pid, as its start wrote it
-#     <k>.claim                 the relay that uses server <k> ($$, noclobber)
-#     report.<relay pid>        the guest half's report (a guest file)
-#     late.<relay pid>          root's own mark: the budget passed
+#     pid                       the dispatcher's pid, as its start wrote it
+#     in                        the dispatcher's FIFO, held by it as fd 3
+#                               from before its first moment
+#     servers                   each server's pid and state (a look from
+#                               outside: nothing on a call's path reads it)
+#     wrappers/                 the wrappers' definitions, for the servers
+#     <k>.claim                 slot <k>'s relay ($$, noclobber)
+#     <k>/life                  slot <k>'s FIFO: `done <relay pid>` lines
+#     <k>/status.<relay pid>    how that relay's call ended (`137` once a
+#                               server took it, then its exit code, or
+#                               `timeout`; none: nothing ran)
 #     .fill                     the fills' lock (flock)
-#   $SCR_SCOPES/<k>/            the server's, 0700: `in` and `life` FIFOs
-#                               (made by root and held from before the
-#                               server's first moment), `ready` (a fresh
-#                               scope waits), status.<guest half pid>,
-#                               the wrappers' definitions
 #
-# A relay (scr_scope, root) claims a live server, gives the exec's pipes to
-# the guest user and runs its guest half as that user (setpriv): the half
-# holds the exec's streams on fds 6-8 for the server to reopen through
-# /proc (nothing is copied), hands the server its pid on `in` and waits for
-# `done <pid>` on `life`; the server writes "137" to status.<pid> once it
-# took the call and the exit code once done. Root keeps the budget itself:
-# at the deadline it kills the server's session and the half, and says
-# `timeout`; the server is started again off the call's path. Root never
-# reads or writes through a path the guest can change: only its own
-# directory, and a report file it made there.
+# Root never reads or writes through a path the guest can change: the
+# servers' own files are under /tmp/.scr-scope-*, theirs alone.
 
 SCR_SCOPES=${SCR_SCOPES:-/tmp/.scr/scope}
 
@@ -46,26 +42,17 @@ scr_scopes_own() {
   done
 }
 
-# scr_live <k>: server <k> lives ($p: its pid). A live one holds `in` as
-# fd 3 from its first moment; a dead one (a zombie too) holds nothing.
-scr_live() {
+# scr_dispatcher: the dispatcher lives ($p: its pid). A live one holds `in`
+# as fd 3 from its first moment; a dead one (a zombie too) holds nothing.
+scr_dispatcher() {
   p=
-  read -r p 2>/dev/null <"$SCR_SCOPES/$1.pid"
+  read -r p 2>/dev/null <"$SCR_SCOPES/pid"
   [ -n "$p" ] && [ -e "/proc/$p/fd/3" ]
 }
 
-# scr_held <k>: a relay that still runs claims server <k> (or one that has
-# not written its pid yet).
-scr_held() {
-  [ -e "$SCR_SCOPES/$1.claim" ] || return 1
-  c=
-  read -r c 2>/dev/null <"$SCR_SCOPES/$1.claim"
-  [ -z "$c" ] || [ -e "/proc/$c" ]
-}
-
 # scr_claim <file> <pid>: <file> made, holding <pid>, if no one made it
-# first (noclobber: one shell wins each, in shell builtins), so no server
-# is handed two calls at once.
+# first (noclobber: one shell wins each, in shell builtins), so no slot
+# has two relays reading its `life` at once.
 scr_claim() {
   set -C
   { echo "$2" >"$1"; } 2>/dev/null
@@ -74,12 +61,13 @@ scr_claim() {
   return "$r"
 }
 
-# scr_scope_fill <keep> <uid:gid> [<prefix argv>…]: servers 0 … <keep>-1
-# live, each started if it does not (the exec that carries the harness
-# writes it first). <prefix> goes before the server's argv (an `env -u …`
-# that keeps a call's env from it). Fills run one at a time, under a lock
-# on .fill (util-linux's flock; without it they run as they come, and a
-# start checks again under nothing worse than a second server's start).
+# scr_scope_fill <keep> <uid:gid> [<prefix argv>…]: slots 0 … <keep>-1 made
+# and a dispatcher live that keeps <keep> servers (started if none lives;
+# told the count if one does). The exec that carries the harness writes it
+# first. <prefix> goes before the dispatcher's argv (an `env -u …` that
+# keeps a call's env from it). Claims whose relay is gone are let go (the
+# relay that finds no free slot says `cold`, and the worker runs a fill).
+# Fills run one at a time, under a lock on .fill (util-linux's flock).
 scr_scope_fill() {
   keep=$1
   scr_ids "$2" && scr_scopes_own && scr_as_guest || return 0
@@ -94,11 +82,63 @@ scr_scope_fill() {
   (
     exec 9>"$SCR_SCOPES/.fill"
     flock 9 2>/dev/null
-    k=0
-    while [ "$k" -lt "$keep" ]; do
-      scr_live "$k" || scr_held "$k" || scr_start "$k" "$@"
-      k=$((k + 1))
-    done
+    scr_slots "$keep"
+    scr_let_go
+    if scr_dispatcher; then
+      echo "keep $keep" 1<>"$SCR_SCOPES/in"
+    else
+      scr_start "$@"
+    fi
+  )
+}
+
+# scr_slots <keep>: slots 0 … <keep>-1 each have their `life` FIFO (root's,
+# made in one mkdir and one mkfifo).
+scr_slots() {
+  dirs=
+  fifos=
+  k=0
+  while [ "$k" -lt "$1" ]; do
+    if [ ! -p "$SCR_SCOPES/$k/life" ]; then
+      dirs="$dirs $SCR_SCOPES/$k"
+      fifos="$fifos $SCR_SCOPES/$k/life"
+    fi
+    k=$((k + 1))
+  done
+  [ -n "$dirs" ] || return 0
+  rm -rf $dirs
+  mkdir -m 700 $dirs && mkfifo -m 600 $fifos
+}
+
+# scr_let_go: the claims of relays that are gone go. (Only this removes a
+# claim that is not its own relay's, under the fills' lock: one holding a
+# dead pid never changes under it.)
+scr_let_go() {
+  for c in "$SCR_SCOPES"/*.claim; do
+    [ -e "$c" ] || continue
+    h=
+    read -r h 2>/dev/null <"$c"
+    [ -n "$h" ] && [ ! -e "/proc/$h" ] && rm -f "$c"
+  done
+}
+
+# scr_start [<prefix argv>…]: the dispatcher, fresh: what is left of an
+# earlier one goes (its servers end with it), and it starts as root in its
+# own session, holding `in` from its first moment, so a relay may hand it
+# a call as soon as its pid is written. Its servers run as $u:$g ("- -":
+# the user namespace has no other user).
+scr_start() {
+  p=
+  read -r p 2>/dev/null <"$SCR_SCOPES/pid" && kill -KILL -"$p" 2>/dev/null
+  rm -f "$SCR_SCOPES/pid" "$SCR_SCOPES/in" "$SCR_SCOPES/servers"
+  mkfifo -m 600 "$SCR_SCOPES/in" || return 0
+  ids="$u $g"
+  [ -n "$as_guest" ] || ids="- -"
+  (
+    exec 3<>"$SCR_SCOPES/in"
+    (cd /tmp && exec "$@" setsid node "$SCR_SCOPES/scope.mjs" dispatch "$SCR_SCOPES" "$keep" $ids \
+      </dev/null >/dev/null 2>&1 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-) &
+    echo $! >"$SCR_SCOPES/pid"
   )
 }
 
@@ -112,134 +152,37 @@ scr_sdk_package() {
     >"$b/package.json" 2>/dev/null
 }
 
-# scr_start <k> [<prefix argv>…]: server <k>, fresh: what was left of an
-# earlier one goes, its directory is made (root's until its FIFOs are
-# open, then the guest's), and the server starts as the guest in its own
-# session, holding `in` and `life` from its first moment, so a relay may
-# hand it a call as soon as its pid is written.
-scr_start() {
-  k=$1
-  shift
-  D=$SCR_SCOPES/$k
-  p=
-  read -r p 2>/dev/null <"$SCR_SCOPES/$k.pid" && kill -KILL -"$p" 2>/dev/null
-  rm -rf "$D" "$SCR_SCOPES/$k.pid" "$SCR_SCOPES/$k.claim"
-  mkdir -m 700 "$D" && mkfifo -m 600 "$D/in" "$D/life" || return 0
-  (
-    exec 3<>"$D/in" 4<>"$D/life"
-    chown -R "$u:$g" "$D" || exit 0
-    (cd /tmp && exec "$@" $as_guest setsid node "$SCR_SCOPES/scope.mjs" "$D" "$keep" \
-      </dev/null >/dev/null 2>&1 5>&- 6>&- 7>&- 8>&- 9>&-) &
-    echo $! >"$SCR_SCOPES/$k.pid"
-  )
-}
-
-# scr_scope <keep> <budget seconds> <uid:gid>: one call, handed to a live
-# server no other relay claims (a `ready` one first), as the guest; the
-# verdict (relay_fork.sh's scr_told) is root's: `cold` when no server
-# could take it (nothing ran), `timeout` when root's deadline passed,
-# else `exit <code>`. A server that is gone after the call (timed out, or
-# its process ended) is started again, after the verdict.
+# scr_scope <keep> <budget ms>: one call, through the dispatcher; the
+# verdict (relay_fork.sh's scr_status) is root's: `cold` when nothing ran
+# (no dispatcher, no free slot, or no server took it before the budget),
+# `timeout` when the dispatcher's deadline passed, else `exit <code>`.
+# The exec's streams are held on fds 6-8 for the dispatcher to open. The
+# relay holds `life` read-write (the open never blocks, and no moment
+# without the dispatcher's writer reads as an end: a call the dispatcher
+# is about to run is never said `cold`); a dispatcher that dies leaves the
+# relay to the exec's deadline. Lines on `life` name their relay: one an
+# earlier relay left unread is skipped.
 scr_scope() {
-  keep=$1
-  budget=$2
-  scr_ids "$3" && scr_scopes_own && scr_as_guest || scr_told cold 0
-  SCR_NEXT="scr_scope_fill $keep $3"
+  scr_scopes_own && scr_dispatcher || scr_told cold 0
   scr_sdk_package
   k=
-  for mark in ready ''; do
-    i=0
-    while [ "$i" -lt "$keep" ]; do
-      if [ -z "$mark" ] || [ -e "$SCR_SCOPES/$i/$mark" ]; then
-        if scr_live "$i" && scr_claim "$SCR_SCOPES/$i.claim" "$$"; then
-          scr_live "$i" && k=$i && break 2
-          rm -f "$SCR_SCOPES/$i.claim"
-        fi
-      fi
-      i=$((i + 1))
-    done
+  i=0
+  while [ "$i" -lt "$1" ]; do
+    scr_claim "$SCR_SCOPES/$i.claim" "$$" && k=$i && break
+    i=$((i + 1))
   done
   [ -n "$k" ] || scr_told cold 0
-  report=$SCR_SCOPES/report.$$
-  [ -e "$SCR_SCOPES/late.$$" ] && rm -f "$SCR_SCOPES/late.$$"
-  if ! scr_hand_over "$report"; then
-    rm -f "$report" "$SCR_SCOPES/$k.claim"
+  D=$SCR_SCOPES/$k
+  if ! command exec 4<>"$D/life" 6<&0 7>&1 8>&2; then
+    rm -f "$SCR_SCOPES/$k.claim"
     scr_told cold 0
   fi
-  # (A background list's stdin is /dev/null unless it says otherwise, and
-  # it says so through a copy: `<&0` would copy /dev/null.)
-  exec 5<&0
-  SCR_REPORT=$report $as_guest sh -c "$scr_half" sh "$SCR_SCOPES/$k" <&5 5<&- &
-  half=$!
-  exec 5<&-
-  (
-    exec </dev/null >/dev/null 2>&1 6>&- 7>&- 8>&-
-    trap 'kill $! 2>/dev/null; exit 0' TERM
-    sleep "$budget" &
-    wait $! || exit 0
-    # Fired: what follows is done whole, and the relay waits for it.
-    trap '' TERM
-    : >"$SCR_SCOPES/late.$$"
-    kill -KILL -"$p" "$half" 2>/dev/null
-    # A killed process holds its fds until it has exited: the refill
-    # after the verdict must not find it live (then nothing starts the
-    # slot's server again). Waited for, up to 2 s.
-    n=0
-    while [ -e "/proc/$p/fd/3" ] && [ "$n" -lt 200 ]; do
-      sleep 0.01
-      n=$((n + 1))
-    done
-  ) &
-  w=$!
-  # (Quiet: the shell would report a half the deadline killed.)
-  { wait "$half"; } 2>/dev/null
-  kill "$w" 2>/dev/null
-  wait "$w"
-  said=
-  read -r said 2>/dev/null <"$report"
-  rm -f "$report" "$SCR_SCOPES/$k.claim"
-  if [ -e "$SCR_SCOPES/late.$$" ]; then
-    rm -f "$SCR_SCOPES/late.$$"
-    scr_told timeout 124
-  fi
-  scr_live "$k" && SCR_NEXT=
-  case $said in
-    'exit '*)
-      st=${said#exit }
-      case $st in '' | *[!0-9]*) st=137 ;; esac
-      scr_told "exit $st" "$st"
-      ;;
-  esac
-  # Handed, and no status came back: the server did not take the call,
-  # or ended before it said so. Never `cold` (guest code could have said
-  # that): the call counts as run, and failed.
-  echo "sandbox-code-runner: the scope server ended before it took the call" >&2
-  scr_told "exit 1" 1
+  echo "$$ $2 $k" 1<>"$SCR_SCOPES/in"
+  while read -r said who <&4; do
+    [ "$said $who" = "done $$" ] && break
+  done
+  exec 4<&- 6<&- 7>&- 8>&-
+  scr_ran "$D"
+  rm -f "$SCR_SCOPES/$k.claim"
+  scr_status "$st"
 }
-
-# The guest half, as the guest user: sh -c "$scr_half" sh <server dir>,
-# with SCR_REPORT naming the report file. `life` is opened for reading
-# while held read-write for a moment, so neither open blocks; a server
-# that is gone reads as its end. Lines on `life` name their call: one an
-# earlier call left unread is skipped.
-scr_half='
-D=$1
-R=$SCR_REPORT
-unset SCR_REPORT
-command exec 9<>"$D/life" 4<"$D/life" 9>&- 6<&0 7>&1 8>&2 || exit 0
-echo "$$" 1<>"$D/in"
-said=
-while read -r said who <&4; do
-  [ "$who" = $$ ] && break
-  said=
-done
-exec 4<&-
-st=
-read -r st 2>/dev/null <"$D/status.$$"
-rm -f "$D/status.$$"
-case $st in
-  "") ;;
-  *[!0-9]*) printf "exit 137\n" >"$R" ;;
-  *) printf "exit %s\n" "$st" >"$R" ;;
-esac
-'

@@ -102,24 +102,41 @@ impl HostScopes {
         (v, value, took)
     }
 
-    /// Until `n` servers live with a fresh scope waiting (deadline 20 s).
+    /// Until `n` servers wait with a fresh scope (deadline 20 s).
     fn wait_ready(&self, n: usize) -> bool {
         wait_until(Duration::from_secs(20), || {
-            let ready = |k: &usize| self.dir().join(k.to_string()).join("ready").exists();
-            (0..self.keep()).filter(ready).count() >= n
+            self.servers().iter().filter(|(_, s)| s == "ready").count() >= n
         })
     }
 
-    fn server_pids(&self) -> Vec<String> {
-        (0..self.keep())
-            .filter_map(|k| std::fs::read_to_string(self.dir().join(format!("{k}.pid"))).ok())
-            .map(|p| p.trim().to_string())
+    /// Each server's pid and state, as the dispatcher last wrote them.
+    fn servers(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.dir().join("servers"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(p, s)| (p.to_string(), s.to_string()))
             .collect()
+    }
+
+    /// The servers' pids, sorted.
+    fn server_pids(&self) -> Vec<String> {
+        let mut pids: Vec<String> = self.servers().into_iter().map(|(p, _)| p).collect();
+        pids.sort();
+        pids
+    }
+
+    fn dispatcher(&self) -> String {
+        std::fs::read_to_string(self.dir().join("pid"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
     }
 }
 
 impl Drop for HostScopes {
     fn drop(&mut self) {
+        end_session(&self.dispatcher());
         for pid in self.server_pids() {
             end_session(&pid);
         }
@@ -263,23 +280,20 @@ fn a_scopes_heap_is_bounded_and_released() {
     assert_eq!(s.server_pids(), before, "the same servers serve on");
 }
 
-/// Nothing waits for a call when no server can take it: the relay says
+/// Nothing waits for a call when no dispatcher lives: the relay says
 /// `cold` (nothing ran) before it hands anything.
 #[test]
-fn a_relay_with_no_server_says_cold() {
+fn a_relay_with_no_dispatcher_says_cold() {
     let Some(s) = HostScopes::new(1, None) else {
         return;
     };
-    for pid in s.server_pids() {
-        end_session(&pid);
-    }
-    let holds_in = |p: &String| std::path::Path::new(&format!("/proc/{p}/fd/3")).exists();
+    let dispatcher = s.dispatcher();
+    end_session(&dispatcher);
+    let fd3 = format!("/proc/{dispatcher}/fd/3");
     assert!(
-        wait_until(Duration::from_secs(5), || !s
-            .server_pids()
-            .iter()
-            .any(holds_in)),
-        "the servers ended"
+        wait_until(Duration::from_secs(5), || !std::path::Path::new(&fd3)
+            .exists()),
+        "the dispatcher ended"
     );
     let (v, _, _) = s.run("return 1", 10_000);
     assert_eq!(v, Verdict::Cold);
@@ -292,7 +306,7 @@ fn a_fill_leaves_live_servers_alone() {
     let Some(s) = HostScopes::new(1, None) else {
         return;
     };
-    let before = s.server_pids();
+    let before = (s.dispatcher(), s.server_pids());
     let (slow, filled) = std::thread::scope(|t| {
         let slow = t.spawn(|| {
             s.run(
@@ -310,31 +324,32 @@ fn a_fill_leaves_live_servers_alone() {
     });
     assert_eq!(filled.exit_code, Some(0), "{filled:?}");
     assert_eq!(slow.1.as_deref(), Some("\"slow\""), "{:?}", slow.0);
-    assert_eq!(s.server_pids(), before, "no server was started again");
+    assert_eq!(
+        (s.dispatcher(), s.server_pids()),
+        before,
+        "no server was started again"
+    );
 }
 
-/// A relay hands a call to a server as soon as its pid is written, and a
-/// line written to a FIFO nobody holds is dropped when its writer closes
-/// it. So each server holds `in` (fd 3) and `life` (fd 4) from before its
-/// pid is there: checked right after each of 10 starts, by the shell that
+/// A relay hands a call to the dispatcher as soon as its pid is written,
+/// and a line written to a FIFO nobody holds is dropped when its writer
+/// closes it. So the dispatcher holds `in` (fd 3) from before its pid is
+/// there: checked right after each of 10 starts, by the shell that
 /// started it.
 #[test]
-fn a_server_holds_its_fifos_before_its_pid_is_written() {
+fn the_dispatcher_holds_in_before_its_pid_is_written() {
     let Some(s) = HostScopes::new(1, None) else {
         return;
     };
     let check = format!(
-        "scr_ids {user} && scr_as_guest || exit 1\nkeep=2\ni=10\nwhile [ $i -lt 20 ]; do\n  scr_start $i\n  read -r q <\"$SCR_SCOPES/$i.pid\"\n  [ /proc/$q/fd/3 -ef \"$SCR_SCOPES/$i/in\" ] && [ /proc/$q/fd/4 -ef \"$SCR_SCOPES/$i/life\" ] || echo \"late $i\"\n  i=$((i + 1))\ndone",
+        "scr_ids {user} && scr_as_guest || exit 1\nkeep=2\ni=0\nwhile [ $i -lt 10 ]; do\n  scr_start\n  read -r q <\"$SCR_SCOPES/pid\"\n  [ /proc/$q/fd/3 -ef \"$SCR_SCOPES/in\" ] || echo \"late $i\"\n  i=$((i + 1))\ndone",
         user = crate::session::guest_user(Lang::Node)
     );
     let (o, _) = s.exec(&shell(Server::NodeScopes, check, Vec::new(), 30_000));
-    for i in 10..20 {
-        end_session(&std::fs::read_to_string(s.dir().join(format!("{i}.pid"))).unwrap_or_default());
-    }
     assert_eq!(o.exit_code, Some(0), "{o:?}");
     assert!(
         o.stdout.is_empty(),
-        "FIFOs opened after the pid: {}",
+        "`in` opened after the pid: {}",
         o.stdout
     );
 }
