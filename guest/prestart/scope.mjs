@@ -215,7 +215,7 @@ class Pool {
     server.served++;
     let streams;
     try {
-      streams = [[6, 'r'], [7, 'w'], [8, 'w']].map(([fd, flag]) => this.stream(call.relay, fd, flag));
+      streams = [[7, 'w'], [8, 'w'], [6, 'r']].map(([fd, flag]) => this.stream(call.relay, fd, flag));
     } catch {
       // The relay is gone, or its streams are not pipes: nothing ran.
       server.ready = true;
@@ -224,11 +224,21 @@ class Pool {
       this.finish(call, null);
       return;
     }
-    for (const [i, s] of streams.entries()) {
-      const m = { say: 'call', nonce: call.nonce, stream: i };
-      if (Buffer.isBuffer(s)) server.child.send({ ...m, bytes: s.toString('base64') });
-      else server.child.send(m, s, () => {});
+    const [out, err, input] = streams;
+    for (const [i, s] of [out, err].entries()) {
+      server.child.send({ say: 'call', nonce: call.nonce, stream: i + 1 }, s, () => {});
     }
+    // The request is read here (one handle fewer to send, each a round
+    // trip), off the event loop's way, and sent on whole.
+    const request = (bytes) => {
+      if (server.call !== call) return;
+      server.child.send({ say: 'call', nonce: call.nonce, stream: 0, bytes: bytes.toString('base64') });
+    };
+    if (Buffer.isBuffer(input)) return request(input);
+    const chunks = [];
+    input.on('data', (c) => chunks.push(c));
+    input.on('error', () => input.destroy());
+    input.on('close', () => request(Buffer.concat(chunks)));
   }
 
   // The relay's fd <fd>, opened through /proc (root's): a pipe, as a
@@ -246,7 +256,7 @@ class Pool {
       }
       if (!stat.isFIFO()) throw new Error('not a pipe');
       if (flag === 'w' && this.ids) fs.fchownSync(n, this.ids.uid, this.ids.gid);
-      return new net.Socket({ fd: n, readable: false, writable: false });
+      return new net.Socket({ fd: n, readable: flag === 'r', writable: false });
     } catch (e) {
       fs.closeSync(n);
       throw e;
