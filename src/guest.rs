@@ -27,6 +27,9 @@ pub(crate) const NODE_RUN: &str = concat!(
 /// What node's long-lived interpreters (a session's, a scope server) share,
 /// put in front of each.
 pub(crate) const NODE_SERVING: &str = include_str!("../guest/node/serving.mjs");
+/// The prelude of node's wrappers, on its own (a scope server's fresh
+/// contexts use it too).
+pub(crate) const NODE_SHARED: &str = include_str!("../guest/node/shared.mjs");
 pub(crate) const NODE_INVOKE: &str = concat!(
     include_str!("../guest/node/shared.mjs"),
     include_str!("../guest/node/invoke.mjs")

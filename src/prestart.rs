@@ -25,6 +25,8 @@ const PYTHON_READY: &str = include_str!("../guest/prestart/ready.py");
 const NODE_READY: &str = include_str!("../guest/prestart/ready.mjs");
 const SCOPE_SH: &str = include_str!("../guest/prestart/scope.sh");
 const NODE_SCOPE: &str = include_str!("../guest/prestart/scope.mjs");
+/// A handler call in a fresh context of a scope server.
+const NODE_REALM: &str = include_str!("../guest/node/realm.mjs");
 
 /// The deadline a relay exec is sent with, past the call's own. The relay
 /// enforces the call's budget itself (and kills the interpreter's session,
@@ -235,7 +237,11 @@ fn harness(server: Server) -> &'static str {
         }),
         Server::NodeProcesses => NODE.get_or_init(|| with(node, "const WRAPPERS = ", NODE_READY)),
         Server::NodeScopes => SCOPES.get_or_init(|| {
-            let server = format!("{}{NODE_SCOPE}", crate::guest::NODE_SERVING);
+            let server = format!(
+                "{}{}{NODE_REALM}{NODE_SCOPE}",
+                crate::guest::NODE_SHARED,
+                crate::guest::NODE_SERVING
+            );
             with(node, "const WRAPPERS = ", &server)
         }),
     }

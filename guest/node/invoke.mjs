@@ -16,41 +16,10 @@ import { pathToFileURL } from 'node:url';
 
 // (the shared prelude, guest/node/shared.mjs, is prepended to this file by the worker)
 
-const MAX_TEXT = 16 * 1024; // cap on an error's message/stack in the frame
-
 async function readStdin() {
   const chunks = [];
   for await (const c of process.stdin) chunks.push(c);
   return Buffer.concat(chunks).toString('utf8');
-}
-
-function clip(s) {
-  s = String(s);
-  return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}…[truncated]` : s;
-}
-
-// Stack frames of this wrapper (an eval'd module, or the copy a pre-started
-// interpreter loaded ahead, and that interpreter's) are noise to the caller.
-function userStack(stack) {
-  return stack.split('\n').filter((l) => !/^\s+at .*(\[eval\d*\]|\/\.scr\/pre\/)/.test(l)).join('\n');
-}
-
-function errorBody(type, e) {
-  if (e instanceof Error) {
-    const stack = typeof e.stack === 'string' ? { stack: clip(userStack(e.stack)) } : {};
-    return { type, message: clip(`${e.name}: ${e.message}`), ...stack };
-  }
-  return { type, message: clip(`non-Error value thrown: ${inspect(e, { depth: 2 })}`) };
-}
-
-// A handler is the named export `handler`, or a default export that is a
-// function or an object with a `handler` method.
-function pickHandler(mod) {
-  if (typeof mod.handler === 'function') return mod.handler;
-  const d = mod.default;
-  if (typeof d === 'function') return d;
-  if (d && typeof d.handler === 'function') return d.handler.bind(d);
-  return null;
 }
 
 // Imports a sibling copy of `file` with `suffix` appended (so relative
@@ -87,13 +56,13 @@ async function loadHandler(file, source) {
   let handler = pickHandler(mod);
   // Lenient: a top-level `function handler` / `const handler =` that was
   // never exported. Re-import a copy that exports it (top-level code runs again).
-  if (!handler && /^(?:async\s+)?function\s*\*?\s*handler\s*\(|^(?:const|let|var)\s+handler\s*=/m.test(source)) {
+  if (!handler && UNEXPORTED_HANDLER.test(source)) {
     try {
       handler = pickHandler(await importVariant(file, source, '.mjs', '\nexport { handler };\n', (p) => import(pathToFileURL(p).href)));
     } catch { /* fall through to no_handler */ }
   }
   if (!handler) {
-    return { error: { type: 'no_handler', message: 'the module exports no handler: export a function `handler(payload)` (sync or async), or a default function' } };
+    return { error: NO_HANDLER };
   }
   return { handler };
 }

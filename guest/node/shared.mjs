@@ -61,15 +61,21 @@ function asGuest(defaultUid, defaultGid) {
       }
     }
   }
-  const home = process.env.SCR_GUEST_HOME || '/tmp/home';
+  const home = guestEnv(process.env);
+  try { fs.mkdirSync(home, { recursive: true, mode: 0o700 }); } catch { /* the guest's tools say so */ }
+}
+
+// The guest's HOME, caches, npm prefix and PATH set in `env`; its HOME.
+function guestEnv(env) {
+  const home = env.SCR_GUEST_HOME || '/tmp/home';
   const prefix = path.join(home, '.npm-global');
-  Object.assign(process.env, { HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), NPM_CONFIG_PREFIX: prefix });
-  const dirs = (process.env.PATH || '').split(':').filter(Boolean);
+  Object.assign(env, { HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), NPM_CONFIG_PREFIX: prefix });
+  const dirs = (env.PATH || '').split(':').filter(Boolean);
   for (const bin of [path.join(home, '.local', 'bin'), path.join(prefix, 'bin')]) {
     if (!dirs.includes(bin)) dirs.push(bin);
   }
-  process.env.PATH = dirs.join(':');
-  try { fs.mkdirSync(home, { recursive: true, mode: 0o700 }); } catch { /* the guest's tools say so */ }
+  env.PATH = dirs.join(':');
+  return home;
 }
 
 // Whether this process's user namespace maps one id only (then no other
@@ -106,12 +112,14 @@ function ensureSdkPackageJson() {
 // Installs globalThis.iii: a facade over the npm iii-sdk client that creates
 // the client (and so connects) only on first real use. Introspection never
 // connects. Returns an async closer the wrapper awaits once the code is done.
-function installIii(sourceText, defaultName) {
+// (A call in a fresh context of a scope server gets it on that context's
+// global, reading that call's env.)
+function installIii(sourceText, defaultName, into = globalThis, env = process.env) {
   const { file: SDK_FILE } = sdkPaths();
   const SURFACE = ['trigger', 'registerFunction', 'registerTrigger',
     'registerTriggerType', 'unregisterTriggerType', 'shutdown'];
   // Two guests must never share a worker name: the engine closes the second.
-  const workerName = `${process.env.SCR_WORKER_NAME || defaultName}:${randomBytes(3).toString('hex')}`;
+  const workerName = `${env.SCR_WORKER_NAME || defaultName}:${randomBytes(3).toString('hex')}`;
   const HINT = [
     'iii: the iii-sdk client (npm iii-sdk 0.22.1), connected lazily on first use',
     "  const r = await iii.trigger({ function_id: 'engine::functions::list', payload: {} })",
@@ -130,8 +138,8 @@ function installIii(sourceText, defaultName) {
 
   // III_URL, plus the run's guest-listener token when the worker gave one.
   function engineUrl() {
-    let url = process.env.III_URL || 'ws://127.0.0.1:49134';
-    const token = process.env.III_GUEST_TOKEN;
+    let url = env.III_URL || 'ws://127.0.0.1:49134';
+    const token = env.III_GUEST_TOKEN;
     if (!token) return url;
     if (!url.split('://').pop().includes('/')) url += '/';
     return `${url}${url.includes('?') ? '&' : '?'}token=${token}`;
@@ -178,7 +186,7 @@ function installIii(sourceText, defaultName) {
       return typeof v === 'function' ? v.bind(c) : v;
     },
   });
-  Object.defineProperty(globalThis, 'iii', { value: facade, writable: true, configurable: true });
+  Object.defineProperty(into, 'iii', { value: facade, writable: true, configurable: true });
 
   // Waits for triggers still in flight (as plain node would keep running for
   // them), then shuts the client down within `ms`. Resolves false if the
@@ -224,3 +232,44 @@ function frameWriter(secret, lead = '') {
     },
   };
 }
+
+// ---- a handler call's pieces (invoke.mjs's, and a scope server's fresh contexts) ----
+
+const MAX_TEXT = 16 * 1024; // cap on an error's message/stack in the frame
+
+function clip(s) {
+  s = String(s);
+  return s.length > MAX_TEXT ? `${s.slice(0, MAX_TEXT)}…[truncated]` : s;
+}
+
+// Stack frames of this wrapper (an eval'd module, or the copy a pre-started
+// interpreter or a scope server loaded ahead, and theirs) are noise to the
+// caller.
+function userStack(stack) {
+  return stack.split('\n').filter((l) => !/^\s+at .*(\[eval\d*\]|\/\.scr\/(pre|scope)\/)/.test(l)).join('\n');
+}
+
+function errorBody(type, e) {
+  // (An Error of another context, a fresh scope's, is one too.)
+  if (e instanceof Error || Object.prototype.toString.call(e) === '[object Error]') {
+    const stack = typeof e.stack === 'string' ? { stack: clip(userStack(e.stack)) } : {};
+    return { type, message: clip(`${e.name}: ${e.message}`), ...stack };
+  }
+  return { type, message: clip(`non-Error value thrown: ${inspect(e, { depth: 2 })}`) };
+}
+
+// A handler is the named export `handler`, or a default export that is a
+// function or an object with a `handler` method.
+function pickHandler(mod) {
+  if (typeof mod.handler === 'function') return mod.handler;
+  const d = mod.default;
+  if (typeof d === 'function') return d;
+  if (d && typeof d.handler === 'function') return d.handler.bind(d);
+  return null;
+}
+
+// Lenient: a top-level `function handler` / `const handler =` that was
+// never exported is the handler (loaded from a copy that exports it).
+const UNEXPORTED_HANDLER = /^(?:async\s+)?function\s*\*?\s*handler\s*\(|^(?:const|let|var)\s+handler\s*=/m;
+
+const NO_HANDLER = { type: 'no_handler', message: 'the module exports no handler: export a function `handler(payload)` (sync or async), or a default function' };

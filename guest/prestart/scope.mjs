@@ -37,14 +37,18 @@
 // its state. The worker prepends `const WRAPPERS = [<wrapper source>, ...]`
 // and guest/node/serving.mjs (writeAll, fdStream, reopen, …).
 import { spawn } from 'node:child_process';
+import { Console } from 'node:console';
 import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
+import { builtinModules, createRequire, isBuiltin } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable, Writable } from 'node:stream';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { inspect } from 'node:util';
+import vm from 'node:vm';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 
 const TAIL = 'await main();';
@@ -139,14 +143,15 @@ class Pool {
   }
 
   start() {
-    const child = spawn(process.execPath, [process.argv[1], 'serve', this.wrappers, String(this.keep)], {
+    // (vm.SourceTextModule, a call's fresh context's modules, is behind a flag.)
+    const child = spawn(process.execPath, ['--experimental-vm-modules', process.argv[1], 'serve', this.wrappers, String(this.keep)], {
       ...(this.ids ?? {}),
       cwd: '/tmp',
       detached: true,
       stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
       serialization: 'json',
     });
-    const server = { child, ready: false, call: null, served: 0, dying: false };
+    const server = { child, ready: false, call: null, served: 0, inContexts: 0, dying: false };
     this.servers.add(server);
     child.on('error', () => { /* its exit says it */ });
     child.on('message', (m) => this.heard(server, m));
@@ -173,7 +178,10 @@ class Pool {
         return;
       }
       if (kind === 'untaken' && !call.took) return this.end(server, call, null);
-      if (kind === 'code' && call.took && Number.isInteger(m.code)) return this.end(server, call, String(m.code & 0xff));
+      if (kind === 'code' && call.took && Number.isInteger(m.code)) {
+        if (m.context === true) server.inContexts++;
+        return this.end(server, call, String(m.code & 0xff));
+      }
     }
     this.kill(server);
   }
@@ -313,10 +321,11 @@ class Pool {
     return fd;
   }
 
-  // <base>/servers: each server's pid and whether it waits with a fresh
-  // scope (for a look from outside; nothing reads it on a call's path).
+  // <base>/servers: each server's pid, whether it waits with a fresh
+  // scope, the calls it took and how many of them ran in a fresh context
+  // (for a look from outside; nothing reads it on a call's path).
   report() {
-    const text = [...this.servers].map((s) => `${s.child.pid} ${s.ready ? 'ready' : s.call ? 'busy' : 'starting'}\n`).join('');
+    const text = [...this.servers].map((s) => `${s.child.pid} ${s.ready ? 'ready' : s.call ? 'busy' : 'starting'} ${s.served} ${s.inContexts}\n`).join('');
     if (text === this.reported) return;
     this.reported = text;
     const file = path.join(this.base, 'servers');
@@ -347,20 +356,25 @@ async function serve() {
   const heapMb = Number.parseInt(process.env.SCR_SCOPE_HEAP_MB, 10)
     || Math.max(64, Math.floor((os.totalmem() / 2 ** 20) * 0.75 / (keep - 1)));
   delete process.env.SCR_SCOPE_HEAP_MB;
+  const realm = realmServing();
+  await realm.warm();
   const calls = callsFromDispatcher();
   let sdk = true; // a guess, until a call says what the calls here use
-  let next = null;
+  let next = null; // a worker thread started ahead, for a call a context cannot take
+  let threads = false; // whether the last call needed one
   let failures = 0;
   for (;;) {
-    next ??= start({ dir: scratch, wrappers, heapMb, sdk: sdk && fs.existsSync(SDK_FILE) });
-    if (!(await next.loaded)) {
-      next = null;
-      // A scope that cannot load three times in a row will not: this
-      // server ends, and the dispatcher starts another.
-      if (++failures >= 3) process.reallyExit(97);
-      continue;
+    if (threads) {
+      next ??= start({ dir: scratch, wrappers, heapMb, sdk: sdk && fs.existsSync(SDK_FILE) });
+      if (!(await next.loaded)) {
+        next = null;
+        // A scope that cannot load three times in a row will not: this
+        // server ends, and the dispatcher starts another.
+        if (++failures >= 3) process.reallyExit(97);
+        continue;
+      }
+      failures = 0;
     }
-    failures = 0;
     process.send({ say: 'ready' });
     const call = await calls.next();
     const taken = await takeStreams(call.streams);
@@ -370,13 +384,98 @@ async function serve() {
     }
     process.send({ say: 'took', nonce: call.nonce });
     const { req, data } = taken;
-    const code = await next.run({ script: req.script, env: req.env || {}, data });
+    let ran = await realm.run(req, data, next);
+    const context = ran !== null;
+    threads = !context;
+    if (ran === null) {
+      next ??= start({ dir: scratch, wrappers, heapMb, sdk: sdk && fs.existsSync(SDK_FILE) });
+      const code = (await next.loaded) ? await next.run({ script: req.script, env: req.env || {}, data }) : 1;
+      ran = { code, clean: true };
+      next = null;
+      realm.thread();
+    }
     reopen(1, '/dev/null');
     reopen(2, '/dev/null');
-    process.send({ say: 'code', nonce: call.nonce, code });
-    next = null;
+    const said = { say: 'code', nonce: call.nonce, code: ran.code, context };
+    // A server a call changed is not another call's: it ends once the
+    // dispatcher has the code, and another takes its place.
+    if (!ran.clean) {
+      process.send(said, () => process.reallyExit(0));
+      return;
+    }
+    process.send(said);
     sdk = namesIii(data);
   }
+}
+
+// The server's side of calls in fresh contexts (guest/node/realm.mjs).
+function realmServing() {
+  let current = null; // the call in a context now: { crash, drained }
+  const crash = (e) => {
+    if (current === null) process.reallyExit(70);
+    current.crash(e);
+  };
+  process.on('uncaughtException', crash);
+  process.on('unhandledRejection', crash);
+  // A call's event loop ran dry: with the server's own handles unref'd
+  // while it runs, that is the call's own work done.
+  process.on('beforeExit', () => current?.drained());
+  // What the server holds when idle (its IPC channel, …): a call that
+  // leaves more (a socket, a watcher, a child) leaves it to no later call.
+  let baseline = null;
+  const counts = () => {
+    const n = new Map();
+    for (const r of process.getActiveResourcesInfo()) n.set(r, (n.get(r) ?? 0) + 1);
+    return n;
+  };
+  const leftNothing = () => [...counts()].every(([r, k]) => k <= (baseline.get(r) ?? 0));
+  return {
+    // Ahead of the first call: the SDK (what `iii` loads) and the one
+    // warning the flag's first use prints, while fd 2 is /dev/null.
+    async warm() {
+      if (fs.existsSync(SDK_FILE)) {
+        try { await import(pathToFileURL(SDK_FILE).href); } catch { /* the call's `iii` explains */ }
+      }
+      new vm.SourceTextModule('', { context: vm.createContext({}) });
+      await new Promise((resolve) => setImmediate(resolve));
+      baseline = counts();
+    },
+    // A handler call (the invoke wrapper's, WRAPPERS[1]) in a fresh
+    // context: { code, clean }, or null where a thread must take it
+    // (nothing of it ran).
+    async run(req, data, thread) {
+      if (req.script !== WRAPPER_TEXTS[1] || typeof callInRealm !== 'function') return null;
+      let invoke;
+      try {
+        invoke = JSON.parse(Buffer.from(data).toString('utf8'));
+      } catch {
+        return null;
+      }
+      if (typeof invoke?.secret !== 'string' || !/^[0-9a-f]{32}$/.test(invoke.secret) || typeof invoke.module !== 'string') return null;
+      let drained;
+      current = { drained: null, crash: (e) => current.call?.crash(e) };
+      const dry = new Promise((resolve) => { drained = resolve; });
+      current.drained = drained;
+      process.channel?.unref();
+      thread?.worker.unref();
+      try {
+        const ran = await callInRealm(invoke, req.env || {}, dry, (call) => { current.call = call; });
+        ran.clean &&= leftNothing();
+        return ran;
+      } catch (e) {
+        if (e instanceof NotHere) return null;
+        throw e;
+      } finally {
+        current = null;
+        process.channel?.ref();
+        thread?.worker.ref();
+      }
+    },
+    // A call ran in a thread: what node's objects look like is taken anew.
+    thread() {
+      shapes = null;
+    },
+  };
 }
 
 // The dispatcher's calls, each once its three streams have come (a nonce
@@ -450,6 +549,7 @@ function start({ dir, wrappers, heapMb, sdk }) {
     ended.then(() => false),
   ]);
   return {
+    worker,
     loaded,
     async run(request) {
       worker.postMessage(request);

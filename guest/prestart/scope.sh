@@ -20,8 +20,7 @@
 #     servers                   each server's pid and state (a look from
 #                               outside: nothing on a call's path reads it)
 #     wrappers/                 the wrappers' definitions, for the servers
-#     <k>.claim                 slot <k>'s relay ($$, noclobber); there
-#                               are 2 × <keep> slots
+#     <k>.claim                 slot <k>'s relay ($$, noclobber)
 #     <k>/life                  slot <k>'s FIFO: `done <relay pid>` lines
 #     <k>/status.<relay pid>    how that relay's call ended (`137` once a
 #                               server took it, then its exit code, or
@@ -83,7 +82,7 @@ scr_scope_fill() {
   (
     exec 9>"$SCR_SCOPES/.fill"
     flock 9 2>/dev/null
-    scr_slots $((keep * 2))
+    scr_slots "$keep"
     scr_let_go
     if scr_dispatcher; then
       echo "keep $keep" 1<>"$SCR_SCOPES/in"
@@ -168,7 +167,7 @@ scr_scope() {
   scr_sdk_package
   k=
   i=0
-  while [ "$i" -lt $(($1 * 2)) ]; do
+  while [ "$i" -lt "$1" ]; do
     scr_claim "$SCR_SCOPES/$i.claim" "$$" && k=$i && break
     i=$((i + 1))
   done
@@ -184,8 +183,6 @@ scr_scope() {
   done
   exec 4<&- 6<&- 7>&- 8>&-
   scr_ran "$D"
-  # The claim goes after the verdict, off the call's path (there are twice
-  # as many slots as calls at once: the next relay finds a free one).
-  SCR_NEXT="rm -f $SCR_SCOPES/$k.claim"
+  rm -f "$SCR_SCOPES/$k.claim"
   scr_status "$st"
 }
