@@ -460,6 +460,9 @@ function realmServing() {
       thread?.worker.unref();
       try {
         const ran = await callInRealm(invoke, req.env || {}, dry, (call) => { current.call = call; });
+        // (Past one loop's close phase: the call's streams this server
+        // let go of are closed by then.)
+        for (let i = 0; i < 2; i++) await new Promise((resolve) => setImmediate(resolve));
         ran.clean &&= leftNothing();
         return ran;
       } catch (e) {

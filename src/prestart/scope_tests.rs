@@ -613,3 +613,30 @@ fn a_call_that_changes_its_server_retires_it(#[case] change: &str, #[case] look:
         assert!(s.wait_ready(s.keep()));
     }
 }
+
+/// A call that answers at once and leaves nothing keeps its server: back
+/// to back, the same servers serve every call in a context (a server
+/// retired per call would cost a process start each, the cost contexts
+/// are there to save).
+#[test]
+fn calls_that_leave_nothing_keep_their_servers() {
+    let Some(s) = HostScopes::new(2, None) else {
+        return;
+    };
+    let before = (s.server_pids(), s.in_contexts());
+    for i in 0..6 {
+        let (v, frame) = s.call(
+            "export function handler(payload) { return payload }",
+            &[],
+            serde_json::json!({ "i": i }),
+            10_000,
+        );
+        assert_eq!(
+            frame,
+            crate::guest::Frame::Ok(serde_json::json!({ "i": i })),
+            "{v:?}"
+        );
+        assert!(s.wait_ready(s.keep()));
+    }
+    assert_eq!((s.server_pids(), s.in_contexts()), (before.0, before.1 + 6));
+}
