@@ -77,21 +77,27 @@ impl HostScopes {
         (o, began.elapsed())
     }
 
-    /// `code` as a run of the node wrapper, relayed to a server: its
-    /// verdict, its output (the result frame taken off) and how long it
-    /// took.
-    fn run(&self, code: &str, timeout_ms: u64) -> (Verdict, Option<String>, Duration) {
-        let p = crate::guest::run_exec_with_result(Lang::Node, code, timeout_ms, "sec", 4096);
+    /// The exec `p` relayed to a server, as the worker relays a call: its
+    /// verdict and how long it took.
+    fn relay(&self, p: &ExecParams) -> (Verdict, Duration) {
         let key = VerdictKey::fresh();
         let (o, took) = self.exec(&relay_exec(
             Server::NodeScopes,
             0,
             None,
             self.slots,
-            &p,
+            p,
             &key,
         ));
-        let v = verdict(o, timeout_ms, &key);
+        (verdict(o, p.timeout_ms, &key), took)
+    }
+
+    /// `code` as a run of the node wrapper, relayed to a server: its
+    /// verdict, its output (the result frame taken off) and how long it
+    /// took.
+    fn run(&self, code: &str, timeout_ms: u64) -> (Verdict, Option<String>, Duration) {
+        let p = crate::guest::run_exec_with_result(Lang::Node, code, timeout_ms, "sec", 4096);
+        let (v, took) = self.relay(&p);
         let value = match &v {
             Verdict::Ran(o) => match crate::run_result::take(&o.stdout, "sec").1 {
                 Some(crate::run_result::Completion::Value(v)) => Some(v.to_string()),
@@ -129,16 +135,7 @@ impl HostScopes {
             secret,
             timeout_ms,
         );
-        let key = VerdictKey::fresh();
-        let (o, _) = self.exec(&relay_exec(
-            Server::NodeScopes,
-            0,
-            None,
-            self.slots,
-            &p,
-            &key,
-        ));
-        let v = verdict(o, timeout_ms, &key);
+        let (v, _) = self.relay(&p);
         let frame = match &v {
             Verdict::Ran(o) => crate::guest::parse_frame(&o.stdout, secret),
             _ => crate::guest::Frame::Missing,
