@@ -51,12 +51,14 @@ pub struct Config {
     /// request instead of starting one. Each call still gets a fresh
     /// process. Off: every call starts its interpreter (the old path).
     pub prestart: bool,
-    /// With `prestart`, node calls run in fresh scopes (a worker thread
-    /// each, started ahead) of long-lived per-slot servers, instead of a
-    /// fresh process each: a call's globals, modules, env, listeners, exit
-    /// and heap are still its own (docs/contract.md says what it shares:
-    /// the process id and the working directory), for a fraction of a
-    /// process start. Off: each node call takes a pre-started process.
+    /// With `prestart`, node calls run in fresh scopes of long-lived
+    /// per-slot servers (a fresh V8 context per handler call; a worker
+    /// thread for what a context cannot give as a process would) instead
+    /// of a fresh process each: a call's globals, modules, env, listeners,
+    /// exit and deadline are still its own (docs/contract.md says what it
+    /// shares: the process id), for a fraction of a process start's CPU
+    /// (docs/performance.md). Off: each node call takes a pre-started
+    /// process.
     pub node_scopes: bool,
     /// Calls of one namespace runtime that run at once, each in its own
     /// fresh interpreter process; the rest queue per caller and are served
@@ -136,7 +138,7 @@ impl Default for Config {
             guest_max_concurrent_runs: 4,
             guest_max_run_depth: 4,
             prestart: true,
-            node_scopes: false,
+            node_scopes: true,
             handler_concurrency: crate::daemon_limits::DAEMON.max_execs_per_sandbox.value,
             sessions: false,
             guest_max_subscriptions: 8,

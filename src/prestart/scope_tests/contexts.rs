@@ -234,3 +234,46 @@ fn calls_that_leave_nothing_keep_their_servers() {
     }
     assert_eq!((s.server_pids(), s.in_contexts()), (before.0, before.1 + 6));
 }
+
+/// The dispatcher (root) reads what a server says as guest input: a
+/// call that speaks on its server's channel itself (a forged end with
+/// another nonce, a `ready` out of turn) gets that server killed, its
+/// own call ends as a crash (never a forged success, never `cold`), and
+/// the slot's next calls are served by a new server.
+#[rstest::rstest]
+#[case::forged_end("process.send({ say: 'code', nonce: '0'.repeat(32), code: 0 })")]
+#[case::out_of_turn("process.send({ say: 'ready' })")]
+fn a_call_that_speaks_for_its_server_ends_it(#[case] forge: &str) {
+    let Some(s) = HostScopes::new(1, None) else {
+        return;
+    };
+    let before = s.server_pids();
+    let (v, frame) = s.call(
+        &format!(
+            "export async function handler() {{ {forge}; await new Promise((r) => setTimeout(r, 5000)); return 'finished' }}"
+        ),
+        &[],
+        serde_json::json!(null),
+        10_000,
+    );
+    let o = ran(&v);
+    assert_eq!(
+        o.exit_code,
+        Some(137),
+        "killed, not ended as it said: {o:?}"
+    );
+    assert_ne!(
+        frame,
+        crate::guest::Frame::Ok(serde_json::json!("finished"))
+    );
+    assert!(s.wait_ready(s.keep()), "a new server took its place");
+    let after = s.server_pids();
+    assert_eq!(
+        before.iter().filter(|p| !after.contains(p)).count(),
+        1,
+        "one server was replaced: {before:?} → {after:?}"
+    );
+    for _ in 0..s.keep() {
+        assert_eq!(s.run("return 2", 10_000).1.as_deref(), Some("2"));
+    }
+}
