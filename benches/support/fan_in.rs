@@ -114,20 +114,10 @@ async fn busy_memory(side: &Side, fid: &str, label: &str) {
     );
 }
 
-/// `fan_in_parallel_io` and `fan_in_parallel_cpu` for `lang`.
+/// `fan_in_parallel_io` and `fan_in_parallel_cpu` for `lang` (node's on
+/// its default, scope servers).
 async fn parallel(parallel: &Side, single: &Side, lang: Lang, work: &str, limit: f64) {
-    parallel_labelled(parallel, single, lang, work, limit, lang.as_str()).await;
-}
-
-/// The same, the figures named `…/<label>` (another group's sides).
-pub(super) async fn parallel_labelled(
-    parallel: &Side,
-    single: &Side,
-    lang: Lang,
-    work: &str,
-    limit: f64,
-    label: &str,
-) {
+    let label = lang.as_str();
     let fid = format!("bench-fan-{work}-{}::f", lang.as_str());
     let src = source(lang, work);
     register(parallel, &fid, lang, &src).await;

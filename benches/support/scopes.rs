@@ -10,10 +10,11 @@
 //! - `node_scopes/host_cpu_per_call`: the host's CPU per back-to-back call
 //!   (`/proc/stat`: the double's VM processes, plus the worker, engine and
 //!   double, which cost the same on both sides), scopes over processes
-//!   (limit 1/3);
-//! - `fan_in_parallel_io/node_scopes`, `fan_in_parallel_cpu/node_scopes`:
-//!   `fan_in`'s figures on scopes (64 callers, every slot over one slot),
-//!   and the busy VM's memory.
+//!   (limit 1/3).
+//!
+//! Scopes are the default, so the `fan_in` group's node figures (64
+//! callers, every slot over one slot, and the busy VM's memory) are
+//! theirs.
 
 use sandbox_code_runner::ids::Lang;
 use serde_json::json;
@@ -75,7 +76,7 @@ async fn cpu_per_call(side: &Side, fid: &str) -> f64 {
 pub fn node_scopes(rt: &tokio::runtime::Runtime) {
     rt.block_on(async {
         let scopes = Side::start("prestart: true\nnode_scopes: true\n").await;
-        let processes = Side::start("prestart: true\n").await;
+        let processes = Side::start("prestart: true\nnode_scopes: false\n").await;
         let node = "bench-scopes-node::echo";
         let python = "bench-scopes-py::echo";
         register(&scopes, node, Lang::Node).await;
@@ -107,29 +108,6 @@ pub fn node_scopes(rt: &tokio::runtime::Runtime) {
         )
         .await;
         processes.stop().await;
-        if lang_enabled("node") {
-            let single =
-                Side::start("prestart: true\nnode_scopes: true\nhandler_concurrency: 1\n").await;
-            super::fan_in::parallel_labelled(
-                &scopes,
-                &single,
-                Lang::Node,
-                "io",
-                0.35,
-                "node_scopes",
-            )
-            .await;
-            super::fan_in::parallel_labelled(
-                &scopes,
-                &single,
-                Lang::Node,
-                "cpu",
-                1.1,
-                "node_scopes",
-            )
-            .await;
-            single.stop().await;
-        }
         scopes.stop().await;
     });
 }
