@@ -404,6 +404,8 @@ async function serve() {
       return;
     }
     process.send(said);
+    // What the call left open retires the server once it has answered.
+    if (context && !(await realm.settled())) process.reallyExit(0);
     sdk = namesIii(data);
   }
 }
@@ -440,6 +442,21 @@ function realmServing() {
       await new Promise((resolve) => setImmediate(resolve));
       baseline = counts();
     },
+    // Whether everything the last call opened has closed, given up to
+    // `ms` once it answered (a client it shut down closes its socket a
+    // moment later): what is still open then was left behind, and the
+    // server is no later call's.
+    async settled(ms = 100) {
+      // (Past one loop's close phase: the call's streams this server let
+      // go of are closed by then.)
+      for (let i = 0; i < 2; i++) await new Promise((resolve) => setImmediate(resolve));
+      const until = Date.now() + ms;
+      while (!leftNothing()) {
+        if (Date.now() >= until) return false;
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+      return true;
+    },
     // A handler call (the invoke wrapper's, WRAPPERS[1]) in a fresh
     // context: { code, clean }, or null where a thread must take it
     // (nothing of it ran).
@@ -459,12 +476,7 @@ function realmServing() {
       process.channel?.unref();
       thread?.worker.unref();
       try {
-        const ran = await callInRealm(invoke, req.env || {}, dry, (call) => { current.call = call; });
-        // (Past one loop's close phase: the call's streams this server
-        // let go of are closed by then.)
-        for (let i = 0; i < 2; i++) await new Promise((resolve) => setImmediate(resolve));
-        ran.clean &&= leftNothing();
-        return ran;
+        return await callInRealm(invoke, req.env || {}, dry, (call) => { current.call = call; });
       } catch (e) {
         if (e instanceof NotHere) return null;
         throw e;
