@@ -11,7 +11,8 @@
 //! listener's middleware; (issue 22, `support::prestart`) `prestart`, calls
 //! and runs through pre-started interpreters against today's path, paired;
 //! `double_exec` (`support::double_exec`), a bare `sandbox::exec` of `true`
-//! on a running sandbox of the double, no worker.
+//! on a running sandbox of the double, no worker; (issue 44,
+//! `support::stream`) `stream`, a run's output streamed to its caller.
 //! Against the hermetic bench in its VM-like profile by default; against a
 //! live engine with SANDBOX_CODE_RUNNER_BENCH_ENGINE.
 //!
@@ -365,6 +366,10 @@ fn main() {
     // ---- issue 43: node's scope servers against its pre-started processes ----
     if group_enabled("node_scopes") {
         scopes::node_scopes(&rt);
+    }
+    // ---- issue 44: a run's output streamed to its caller ----
+    if group_enabled("stream") {
+        stream::stream(&rt);
     }
     // ---- issue 34: a run into a session against one into a plain kept runtime ----
     if group_enabled("session") {

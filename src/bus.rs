@@ -14,6 +14,7 @@ use iii_sdk::{IIIClient, RegisterFunction};
 use serde_json::Value;
 
 use crate::error::WorkerError;
+use crate::wire::ChannelRef;
 
 /// A failed bus call, with the engine's or the callee's code kept.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -170,6 +171,40 @@ pub trait Bus: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, BusError>> + Send + '_>> {
         let _ = (reader, limit);
         Box::pin(async { Err(BusError::new(UNSUPPORTED, "this bus has no data channels")) })
+    }
+
+    /// The writer end of a data channel a caller made and handed over (a
+    /// run's `output`). Nothing connects until the first frame is sent.
+    /// Buses without channels answer `UNSUPPORTED`.
+    fn open_writer(&self, channel: &ChannelRef) -> Result<Box<dyn FrameWriter>, BusError> {
+        let _ = channel;
+        Err(BusError::new(UNSUPPORTED, "this bus has no data channels"))
+    }
+}
+
+/// A data channel's writer end: text frames, in order.
+pub trait FrameWriter: Send + Sync + 'static {
+    fn send(&self, text: String)
+        -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>>;
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+impl FrameWriter for iii_sdk::channel::ChannelWriter {
+    fn send(
+        &self,
+        text: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+        Box::pin(async move {
+            self.send_message(&text)
+                .await
+                .map_err(|e| BusError::new("CHANNEL", e.to_string()))
+        })
+    }
+
+    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let _ = iii_sdk::channel::ChannelWriter::close(self).await;
+        })
     }
 }
 
@@ -393,6 +428,27 @@ impl Bus for SdkBus {
                 Err(_) => Err(BusError::new("TIMEOUT", "reading a data channel timed out")),
             }
         })
+    }
+
+    fn open_writer(&self, channel: &ChannelRef) -> Result<Box<dyn FrameWriter>, BusError> {
+        let direction = match channel.direction.as_str() {
+            "write" => iii_sdk::channels::ChannelDirection::Write,
+            other => {
+                return Err(BusError::new(
+                    "BAD_REF",
+                    format!("a writer ref's direction is `write`, not `{other}`"),
+                ))
+            }
+        };
+        let r = iii_sdk::channel::StreamChannelRef {
+            channel_id: channel.channel_id.clone(),
+            access_key: channel.access_key.clone(),
+            direction,
+        };
+        Ok(Box::new(iii_sdk::channel::ChannelWriter::new(
+            self.client.address(),
+            &r,
+        )))
     }
 
     fn unpublish(&self, function_id: &str) {

@@ -107,6 +107,7 @@ pub fn run_exec(lang: Lang, code: &str, timeout_ms: u64) -> ExecParams {
         env: BTreeMap::from([("SCR_WORKER_NAME".to_string(), RUN_WORKER_NAME.to_string())]),
         timeout_ms,
         workdir: Some(WORKDIR.into()),
+        stream: None,
     }
 }
 
@@ -163,6 +164,7 @@ pub fn invoke_exec(
         )]),
         timeout_ms,
         workdir: Some(WORKDIR.into()),
+        stream: None,
     }
 }
 
@@ -174,6 +176,7 @@ pub(crate) fn python_sdk_install(timeout_ms: u64) -> ExecParams {
         env: BTreeMap::new(),
         timeout_ms,
         workdir: Some(WORKDIR.into()),
+        stream: None,
     }
 }
 

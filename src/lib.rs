@@ -30,6 +30,7 @@ pub mod seal;
 mod session;
 pub mod settings;
 mod stats;
+pub mod stream;
 pub mod tenancy;
 pub mod ui;
 mod wire;

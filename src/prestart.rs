@@ -125,6 +125,20 @@ pub(crate) enum Prestart {
     NodeScopes,
 }
 
+impl Prestart {
+    /// What serves runs (one-shot and kept, and the pool's VMs, which
+    /// wait for runs): node's pre-started processes even with scopes on. A
+    /// kept runtime runs one run at a time, so a scope server's
+    /// parallelism buys it nothing, and a run (not a handler call) would
+    /// take a worker thread, which starts slower than a process waits.
+    pub(crate) fn for_runs(self) -> Prestart {
+        match self {
+            Prestart::NodeScopes => Prestart::Processes,
+            other => other,
+        }
+    }
+}
+
 /// What waits for a VM's calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Server {
@@ -282,6 +296,7 @@ fn sh(script: String, args: Vec<String>, timeout_ms: u64) -> ExecParams {
         env: BTreeMap::new(),
         timeout_ms,
         workdir: Some(crate::guest::WORKDIR.into()),
+        stream: None,
     }
 }
 
@@ -312,6 +327,7 @@ pub(crate) fn cold_then_spawn(
     e.stdin = p.stdin;
     e.env = p.env;
     e.workdir = p.workdir;
+    e.stream = p.stream;
     e
 }
 
@@ -390,6 +406,7 @@ pub(crate) fn relay_exec(
         }
     };
     e.stdin = Some(request(p));
+    e.stream = p.stream.clone();
     key.arm(e)
 }
 

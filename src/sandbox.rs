@@ -185,6 +185,10 @@ pub struct ExecParams {
     pub env: BTreeMap<String, String>,
     pub timeout_ms: u64,
     pub workdir: Option<String>,
+    /// Set on a streamed run's exec (and carried by whatever exec it
+    /// becomes): the exec copies its output where the run's follower reads
+    /// it (`VmLease::exec` puts the copy in front).
+    pub(crate) stream: Option<crate::stream::StreamTo>,
 }
 
 /// Env values are left out: they carry the guest's token.
@@ -196,6 +200,7 @@ impl std::fmt::Debug for ExecParams {
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
             .field("timeout_ms", &self.timeout_ms)
             .field("workdir", &self.workdir)
+            .field("streamed", &self.stream.is_some())
             .finish()
     }
 }

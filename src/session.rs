@@ -94,6 +94,7 @@ pub(crate) fn turn_exec(lang: Lang, p: &ExecParams, start: bool, key: &VerdictKe
         env: BTreeMap::from([("SCR_TURN".to_string(), turn_script().to_string())]),
         timeout_ms: p.timeout_ms.saturating_add(TURN_GRACE_MS),
         workdir: p.workdir.clone(),
+        stream: p.stream.clone(),
     })
 }
 

@@ -45,6 +45,50 @@ pub struct RunRequest {
     /// `runtime_id`, omit it or repeat the runtime's own.
     #[serde(default)]
     pub session: Option<bool>,
+    /// A data channel's writer ref (`engine::channels::create`'s
+    /// `writer`, direction `write`): the run's stdout and stderr are
+    /// written to it as they are produced, as text frames
+    /// `{"seq", "type": "stdout"|"stderr", "data"}`, then one
+    /// `{"seq", "type": "end", …}` frame with the answer's verdict. The
+    /// answer is unchanged (and says what was dropped, in `output`). A
+    /// secret, as the ref's `access_key` is.
+    #[serde(default)]
+    pub output: Option<ChannelRef>,
+}
+
+/// A data channel's end, as the engine hands it out
+/// (`engine::channels::create`). Its `access_key` opens the channel.
+#[derive(Clone, Deserialize, Serialize, JsonSchema)]
+pub struct ChannelRef {
+    pub channel_id: String,
+    pub access_key: String,
+    /// `write` for a run's `output`.
+    pub direction: String,
+}
+
+impl fmt::Debug for ChannelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelRef")
+            .field("channel_id", &self.channel_id)
+            .field("access_key", &"<redacted>")
+            .field("direction", &self.direction)
+            .finish()
+    }
+}
+
+/// What became of a streamed run's frames (`RunResponse::output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct OutputSummary {
+    /// Frames of stdout and stderr made (sequence numbers 0 to frames - 1;
+    /// the end frame's is `frames`).
+    pub frames: u64,
+    /// Of those, frames the reader did not take in time (a slow or gone
+    /// reader): their sequence numbers are missing from the stream. The
+    /// answer's `stdout` and `stderr` still hold them, within their caps.
+    pub dropped: u64,
+    /// Whether a stream passed what is streamed of it (4 MiB each): what
+    /// came after is only in the answer.
+    pub cut: bool,
 }
 
 /// Output of `sandbox-code-runner::run`. A failing script is still this.
@@ -73,6 +117,9 @@ pub struct RunResponse {
     /// started a fresh one on the same files: earlier globals are gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionState>,
+    /// Present only for a run given `output`: what became of its frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSummary>,
 }
 
 /// What a run in a session found (`RunResponse::session`).
@@ -211,6 +258,7 @@ impl fmt::Debug for RunRequest {
             .field("runtime_id", &redacted(&self.runtime_id))
             .field("timeout_ms", &self.timeout_ms)
             .field("session", &self.session)
+            .field("output", &self.output)
             .finish()
     }
 }
@@ -225,6 +273,7 @@ impl fmt::Debug for RunResponse {
             .field("duration_ms", &self.duration_ms)
             .field("runtime_id", &redacted(&self.runtime_id))
             .field("session", &self.session)
+            .field("output", &self.output)
             .finish()
     }
 }
@@ -346,6 +395,21 @@ mod tests {
         assert!(!r.keep);
     }
 
+    /// A run's `output` ref opens its caller's channel: its key is never
+    /// printed (threat model, "output streams").
+    #[test]
+    fn debug_never_prints_an_output_key() {
+        let key = "k-0123456789abcdef";
+        let r: RunRequest = decode(json!({
+            "code": "x", "lang": "python",
+            "output": {"channel_id": "c1", "access_key": key, "direction": "write"}
+        }))
+        .unwrap();
+        let printed = format!("{r:?}");
+        assert!(!printed.contains(key), "{printed}");
+        assert!(printed.contains("c1"), "{printed}");
+    }
+
     #[test]
     fn debug_never_prints_a_runtime_id() {
         let id = crate::ids::RuntimeId::generate();
@@ -360,6 +424,7 @@ mod tests {
             result: Value::Null,
             runtime_id: Some(secret.clone()),
             session: Some(SessionState::Continued),
+            output: None,
         };
         let td_req: TeardownRequest = decode(json!({"runtime_id": secret})).unwrap();
         let td_resp = TeardownResponse {
@@ -445,6 +510,7 @@ mod tests {
             result: Value::Null,
             runtime_id: None,
             session: None,
+            output: None,
         };
         assert!(serde_json::to_value(&r)
             .unwrap()

@@ -719,11 +719,12 @@ fn node_interpreters(marker: &str) -> NodeInterpreters {
 /// slots (`handler_concurrency`, 4 by default): calls straight after each
 /// other, or as many at once as it has slots, each find one ready, and a
 /// new one starts as each call ends. Never more exist in the VM: after a
-/// burst of calls, exactly that many wait there.
+/// burst of calls, exactly that many wait there. (Pre-started processes:
+/// `node_scopes: false`; scope servers are `prestart::scope_tests`'.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_runtime_keeps_one_interpreter_more_than_its_slots_and_never_more() {
     let keep = sandbox_code_runner::config::Config::default().handler_concurrency + 1;
-    let h = Harness::start("").await;
+    let h = Harness::start("node_scopes: false\n").await;
     let marker = format!("/tmp/.scr-e2e-{}", uuid::Uuid::new_v4().simple());
     let source = format!(
         "import fs from 'node:fs';\nexport function handler() {{ fs.writeFileSync('{marker}', ''); return process.pid; }}\n"
@@ -783,10 +784,11 @@ async fn a_node_runtime_keeps_one_interpreter_more_than_its_slots_and_never_more
 /// Calls of one node function at once (as many as its slots) each relay to
 /// an interpreter of their own: each answers once, from a fresh process
 /// that was waiting for it (none runs cold, none ends another's call), with
-/// enough of them waiting before each round.
+/// enough of them waiting before each round. (Pre-started processes:
+/// `node_scopes: false`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_calls_at_once_each_answer_once_from_their_own_interpreter() {
-    let h = Harness::start("").await;
+    let h = Harness::start("node_scopes: false\n").await;
     let marker = format!("/tmp/.scr-e2e-{}", uuid::Uuid::new_v4().simple());
     let source = format!(
         "import fs from 'node:fs';\nexport async function handler(p) {{\n  fs.writeFileSync('{marker}', '');\n  await new Promise((r) => setTimeout(r, 150));\n  const argv = fs.readFileSync('/proc/self/cmdline', 'utf8');\n  return {{ pid: process.pid, i: p.i, relayed: argv.includes('/tmp/.scr/pre/ready.mjs') }};\n}}\n"

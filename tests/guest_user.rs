@@ -20,8 +20,9 @@ const TEARDOWN: &str = "sandbox-code-runner::teardown";
 /// interpreters' directory (root's alone: a guest cannot open another
 /// call's FIFOs, guest/PROTOCOL.md)`. A pre-started
 /// process's command line ends with its directory under /tmp/.scr/pre
-/// (python's fork server, whose child it is, or the node interpreter); a
-/// cold one's ends with the wrapper.
+/// (python's fork server, whose child it is, or the node interpreter), or
+/// names node's scope server (`/tmp/.scr/scope/scope.mjs`, whose calls a
+/// namespace runtime's are); a cold one's ends with the wrapper.
 const PYTHON: &str = r#"import os, re, subprocess
 s = open('/proc/self/status').read()
 ids = ' '.join(' '.join(re.search('^%s:(.*)$' % k, s, re.M).group(1).split()) for k in ('Uid', 'Gid', 'Groups')).strip()
@@ -46,7 +47,7 @@ const s = fs.readFileSync('/proc/self/status', 'utf8');
 const ids = ['Uid', 'Gid', 'Groups'].map((k) => s.match(new RegExp(`^${k}:(.*)$`, 'm'))[1].trim().split(/\s+/).join(' ')).join(' ').trim();
 const who = execFileSync('whoami', { encoding: 'utf8' }).trim();
 const argv = fs.readFileSync('/proc/self/cmdline', 'utf8').split('\0');
-const pre = argv[argv.length - 2].startsWith('/tmp/.scr/pre/') ? 'True' : 'False';
+const pre = argv[argv.length - 2].startsWith('/tmp/.scr/pre/') || argv.includes('/tmp/.scr/scope/scope.mjs') ? 'True' : 'False';
 let back = 'stays';
 try { process.setuid(0); back = 'root again'; } catch { /* stays */ }
 let preDir = 'open';

@@ -89,8 +89,12 @@ async fn handles_are_stable_distinct_and_unrelated_to_ids() {
 async fn executions_and_last_use_are_counted_and_gone_vms_show() {
     let (sandbox, m) = world();
     let id = keep(&m).await;
-    m.run_in(&id, None, None, "print(2)", 5_000).await.unwrap();
-    m.run_in(&id, None, None, "print(3)", 5_000).await.unwrap();
+    m.run_in(&id, None, None, "print(2)", 5_000, None)
+        .await
+        .unwrap();
+    m.run_in(&id, None, None, "print(3)", 5_000, None)
+        .await
+        .unwrap();
     let inv = m.inventory().await;
     let r = &inv.runtimes[0];
     assert_eq!(r.executions, 3, "the creating run and two reuses");

@@ -23,9 +23,12 @@ const DOUBLE: &str = "def handler(payload):\n    return {'doubled': payload['n']
 fn manager(prestart: bool) -> (Arc<FakeSandbox>, Arc<FakeBus>, Arc<Manager>) {
     let sandbox = FakeSandbox::new();
     let bus = Arc::new(FakeBus::default());
+    // Node's pre-started processes (scope servers are
+    // `prestart::scope_tests`').
     let config = Config {
         warm_pool: 0,
         prestart,
+        node_scopes: false,
         ..Config::default()
     };
     let m = Manager::new(

@@ -11,6 +11,7 @@ pub mod prestart;
 pub mod scaling;
 pub mod scopes;
 pub mod session;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

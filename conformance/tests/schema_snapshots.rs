@@ -39,8 +39,11 @@ fn compat_sandbox_code_runner_vs_code_runner() {
     // adds fields, never changes or drops one a caller of ours relies on;
     // ours adds only sessions (docs/contract.md: a `session: true` caller
     // gets on code-runner what its kept runtimes always do, kept globals;
-    // only the answer's `session` is ours alone).
-    let ours_alone = [("run", "session")];
+    // only the answer's `session` is ours alone) and streaming (`output`: a
+    // run given one on code-runner answers as ever, with no frames and no
+    // `output` in its answer; the profile value `output_stream` says which
+    // target streams).
+    let ours_alone = [("run", "session"), ("run", "output")];
     for f in report
         .functions
         .iter()

@@ -87,6 +87,7 @@ scr_scope_fill() {
     if scr_dispatcher; then
       echo "keep $keep" 1<>"$SCR_SCOPES/in"
     else
+      scr_end_processes
       scr_start "$@"
     fi
   )
@@ -120,6 +121,18 @@ scr_let_go() {
     read -r h 2>/dev/null <"$c"
     [ -n "$h" ] && [ ! -e "/proc/$h" ] && rm -f "$c"
   done
+}
+
+# scr_end_processes: the node interpreters a warm pool started in this VM
+# for runs (relay.sh's, one process per call, under /tmp/.scr/pre) wait
+# for no call once its calls go to scope servers: they end, and their
+# directories go.
+scr_end_processes() {
+  for q in /tmp/.scr/pre/*; do
+    p=
+    read -r p 2>/dev/null <"$q/pid" && kill -KILL -"$p" 2>/dev/null
+  done
+  rm -rf /tmp/.scr/pre
 }
 
 # scr_start [<prefix argv>…]: the dispatcher, fresh: what is left of an

@@ -139,6 +139,7 @@ def _main():
 
     secret = os.environ.pop("SCR_RESULT_SECRET", None)
     limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
+    _line_buffered_if_streamed()
 
     data = sys.stdin.buffer.read()
     close_iii = _install_iii("sandbox-code-runner:run")

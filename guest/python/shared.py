@@ -100,6 +100,20 @@ def _one_id_only():
     return len(rows) == 1 and rows[0][2:] == ["1"]
 
 
+def _line_buffered_if_streamed():
+    """A streamed run's prints reach its caller line by line, as on a
+    terminal, not when a block of stdout fills (stderr is line-buffered
+    already). The worker says so in SCR_STREAMED (docs/contract.md)."""
+    import os
+    import sys
+
+    streamed = os.environ.pop("SCR_STREAMED", None) is not None
+    try:
+        sys.stdout.reconfigure(line_buffering=streamed)
+    except (AttributeError, ValueError):
+        pass
+
+
 def _install_iii(default_name):
     """Install builtins.iii: a stand-in for the PyPI iii-sdk client that imports
     the SDK (~0.5 s) and connects only on first real use; repr/str/dir never

@@ -72,6 +72,7 @@ def _turn(d, relay, ns, base_env, devnull):
     os.environ.update(env)
     secret = os.environ.pop("SCR_RESULT_SECRET", None)
     limit = int(os.environ.pop("SCR_RESULT_MAX", "0") or 0)
+    _line_buffered_if_streamed()
     close_iii = _install_iii("sandbox-code-runner:run")
     source = _decode_source(data, "main.py")
     del data

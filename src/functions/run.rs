@@ -1,13 +1,14 @@
 //! `sandbox-code-runner::run`.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::bus::FunctionSpec;
 use crate::error::WorkerError;
 use crate::ids::RuntimeId;
 use crate::runtime::{Keep, Manager, MAX_SOURCE_BYTES};
+use crate::stream::Sink;
 use crate::tenancy::Caller;
-use crate::wire::{decode, schema_of, RunRequest, RunResponse};
+use crate::wire::{decode, schema_of, ChannelRef, RunRequest, RunResponse};
 
 pub fn spec() -> FunctionSpec {
     FunctionSpec {
@@ -39,6 +40,62 @@ pub async fn handle(
         return Err(WorkerError::invalid("code", "is larger than 1 MiB"));
     }
     let timeout = m.config().clamp_timeout(req.timeout_ms);
+    let sink = match &req.output {
+        Some(channel) => Some(open_output(m, channel)?),
+        None => None,
+    };
+    let answer = run(m, caller, &req, timeout, sink.as_ref()).await;
+    let Some(sink) = sink else {
+        return answer;
+    };
+    let verdict = match &answer {
+        Ok(r) => {
+            json!({"exit_code": r.exit_code, "success": r.success, "duration_ms": r.duration_ms})
+        }
+        Err(e) => {
+            let (code, message) = e.to_wire();
+            json!({"error": {"code": code, "message": message}})
+        }
+    };
+    let summary = sink.end(verdict);
+    answer.map(|r| RunResponse {
+        output: Some(summary),
+        ..r
+    })
+}
+
+/// The caller's writer for `output`: a ref that is not a writer's is
+/// `invalid_request` naming the field.
+fn open_output(m: &Manager, channel: &ChannelRef) -> Result<Sink, WorkerError> {
+    if channel.direction != "write" {
+        return Err(WorkerError::invalid(
+            "output.direction",
+            format!(
+                "is `{}`: pass the writer ref of a channel (direction `write`)",
+                channel.direction
+            ),
+        ));
+    }
+    if channel.channel_id.is_empty() || channel.access_key.is_empty() {
+        return Err(WorkerError::invalid(
+            "output",
+            "needs the channel's `channel_id` and `access_key`",
+        ));
+    }
+    let writer = m
+        .bus()
+        .open_writer(channel)
+        .map_err(|e| WorkerError::invalid("output", e.message))?;
+    Ok(Sink::start(writer))
+}
+
+async fn run(
+    m: &Manager,
+    caller: &Caller,
+    req: &RunRequest,
+    timeout: u64,
+    sink: Option<&Sink>,
+) -> Result<RunResponse, WorkerError> {
     match req.runtime_id.as_deref() {
         Some(id) => Ok(m
             .run_in(
@@ -47,6 +104,7 @@ pub async fn handle(
                 req.session,
                 &req.code,
                 timeout,
+                sink,
             )
             .await?),
         None => {
@@ -65,7 +123,7 @@ pub async fn handle(
                 (true, asked) if asked.unwrap_or(m.config().sessions) => Keep::Session,
                 (true, _) => Keep::Files,
             };
-            Ok(m.run_fresh_as(caller, lang, &req.code, keep, timeout)
+            Ok(m.run_fresh_as(caller, lang, &req.code, keep, timeout, sink)
                 .await?)
         }
     }

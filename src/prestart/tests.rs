@@ -315,6 +315,7 @@ fn the_request_carries_the_wrapper_env_and_stdin_bytes_verbatim() {
         env: BTreeMap::from([("III_GUEST_TOKEN".into(), "t".into())]),
         timeout_ms: 2500,
         workdir: None,
+        stream: None,
     };
     let r = relay_exec(
         Server::PythonForks,
@@ -386,6 +387,7 @@ fn a_cold_exec_starts_the_next_interpreter_without_the_calls_env() {
         ]),
         timeout_ms: 100,
         workdir: Some("/tmp".into()),
+        stream: None,
     };
     let e = cold_then_spawn(Server::NodeProcesses, 9, Start::Alone, 3, p);
     assert!(e.argv[2]

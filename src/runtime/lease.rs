@@ -206,8 +206,12 @@ impl VmLease {
         &self.id
     }
 
-    /// Every exec of the worker's, behind the seal until the VM is sealed.
-    pub(crate) async fn exec(&self, p: ExecParams) -> Result<ExecOutput, SandboxError> {
+    /// Every exec of the worker's, behind the seal until the VM is sealed;
+    /// a streamed run's behind the copy its follower reads.
+    pub(crate) async fn exec(&self, mut p: ExecParams) -> Result<ExecOutput, SandboxError> {
+        if let Some(to) = p.stream.take() {
+            p = to.wrap(p);
+        }
         self.vms.exec(&self.id, p).await
     }
 

@@ -41,7 +41,7 @@ mod errors;
 mod failure;
 mod inventory;
 mod invoke;
-mod lease;
+pub(crate) mod lease;
 mod lifecycle;
 mod lifeline;
 mod meta;
@@ -157,7 +157,7 @@ impl Manager {
         timeout_ms: u64,
     ) -> Result<RunResponse, RunError> {
         let keep = if keep { Keep::Files } else { Keep::Nothing };
-        run::fresh(self, &Caller::Trusted, lang, code, keep, timeout_ms).await
+        run::fresh(self, &Caller::Trusted, lang, code, keep, timeout_ms, None).await
     }
 
     /// `run` without a runtime, for `caller` (see `run::fresh`).
@@ -168,8 +168,9 @@ impl Manager {
         code: &str,
         keep: Keep,
         timeout_ms: u64,
+        output: Option<&crate::stream::Sink>,
     ) -> Result<RunResponse, RunError> {
-        run::fresh(self, caller, lang, code, keep, timeout_ms).await
+        run::fresh(self, caller, lang, code, keep, timeout_ms, output).await
     }
 
     /// `run` in a kept runtime.
@@ -180,8 +181,9 @@ impl Manager {
         session: Option<bool>,
         code: &str,
         timeout_ms: u64,
+        output: Option<&crate::stream::Sink>,
     ) -> Result<RunResponse, RunError> {
-        run::in_runtime(self, id, lang, session, code, timeout_ms).await
+        run::in_runtime(self, id, lang, session, code, timeout_ms, output).await
     }
 
     /// `register_function` for `caller` (see `publish::register`).

@@ -55,7 +55,7 @@ async fn with_sdk_planted(m: &Manager, vm: VmLease) {
                 vm.sdk_prepared();
             }
             // After the SDK, so the waiting interpreter has it loaded.
-            ready::start_waiting(m.config.prestart_mode(), &vm).await;
+            ready::start_waiting(m.config.prestart_mode().for_runs(), &vm).await;
             vm.into_pool();
         }
         Err(e) => {
@@ -84,7 +84,7 @@ async fn warm_one(m: &Manager, created: Result<VmLease, SandboxError>) {
     match vm.exec(warm).await {
         Ok(_) if vm.lang() == Lang::Python => with_sdk_planted(m, vm).await,
         Ok(_) => {
-            ready::start_waiting(m.config.prestart_mode(), &vm).await;
+            ready::start_waiting(m.config.prestart_mode().for_runs(), &vm).await;
             vm.into_pool();
         }
         Err(e) => {

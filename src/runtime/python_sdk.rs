@@ -44,6 +44,7 @@ fn archive_exec(args: &[&str], timeout_ms: u64) -> ExecParams {
         env: Default::default(),
         timeout_ms,
         workdir: Some(guest::WORKDIR.into()),
+        stream: None,
     }
 }
 

@@ -18,6 +18,7 @@ use crate::guest_access::TokenLease;
 use crate::ids::{Lang, RuntimeId};
 use crate::run_result;
 use crate::sandbox::{ExecOutput, ExecParams};
+use crate::stream::{Follow, Sink};
 use crate::tenancy::Caller;
 use crate::wire::{RunResponse, SessionState};
 
@@ -65,6 +66,7 @@ fn response(
         result,
         runtime_id,
         session,
+        output: None,
     }
 }
 
@@ -83,12 +85,34 @@ async fn exec_run(
             .map(|(out, state)| (out, Some(state))),
         None => {
             let budget = p.timeout_ms;
-            ready::exec_call(m.config.prestart_mode(), vm, p, then, 1)
+            ready::exec_call(m.config.prestart_mode().for_runs(), vm, p, then, 1)
                 .await
                 .map(|out| (out, None))
                 .map_err(|e| RunError::Exec(DaemonFailure::new(e, budget)))
         }
     }
+}
+
+/// `exec_run`, its output streamed to `sink` as it comes when the caller
+/// gave one.
+async fn exec_streamed(
+    m: &Manager,
+    vm: &VmLease,
+    session: Option<&Session>,
+    mut p: ExecParams,
+    then: Then,
+    sink: Option<&Sink>,
+) -> Result<(ExecOutput, Option<SessionState>), RunError> {
+    let Some(sink) = sink else {
+        return exec_run(m, vm, session, p, then).await;
+    };
+    let follow = Follow::new(sink);
+    p.stream = Some(follow.target());
+    p.env
+        .insert(crate::stream::STREAMED_ENV.to_string(), "1".to_string());
+    follow
+        .alongside(vm, exec_run(m, vm, session, p, then))
+        .await
 }
 
 /// `p` with the guest's token in its env, when it has one.
@@ -117,6 +141,7 @@ pub(super) async fn fresh(
     code: &str,
     keep: Keep,
     timeout_ms: u64,
+    sink: Option<&Sink>,
 ) -> Result<RunResponse, RunError> {
     let session = (keep == Keep::Session).then(Session::default);
     let keep = keep != Keep::Nothing;
@@ -143,7 +168,7 @@ pub(super) async fn fresh(
             vm.tenant_code_ran();
             let then = if keep { Then::ServesAgain } else { Then::Done };
             let p = with_token(p.clone(), token.as_ref());
-            exec_run(m, &vm, session.as_ref(), p, then).await
+            exec_streamed(m, &vm, session.as_ref(), p, then, sink).await
         }
         .await;
         drop(acquired.refill);
@@ -225,6 +250,7 @@ pub(super) async fn in_runtime(
     session: Option<bool>,
     code: &str,
     timeout_ms: u64,
+    sink: Option<&Sink>,
 ) -> Result<RunResponse, RunError> {
     let rt = m.book.lock().runtime(id).ok_or(RunError::UnknownRuntime)?;
     if lang.is_some_and(|l| l != rt.lang()) {
@@ -246,7 +272,7 @@ pub(super) async fn in_runtime(
         }
         rt.vm.tenant_code_ran();
         let p = for_runtime(m, &rt, p);
-        exec_run(m, &rt.vm, rt.session.as_ref(), p, Then::ServesAgain).await
+        exec_streamed(m, &rt.vm, rt.session.as_ref(), p, Then::ServesAgain, sink).await
     }
     .await;
     drop(timed);

@@ -10,7 +10,6 @@ use futures_util::future::{join_all, BoxFuture};
 use futures_util::FutureExt;
 use iii_sdk::protocol::TriggerRequest;
 use iii_sdk::runtime::FunctionRef;
-use iii_sdk::RegisterFunction;
 use serde_json::{json, Value};
 
 use super::case::{Action, Case, ErrorExpect, Step};
@@ -20,8 +19,11 @@ use super::matcher::{brief, Matcher};
 use super::vars::{Splice, Vars};
 use crate::standin::wait::Deadline;
 
+mod channels;
 mod diagnostics;
+mod foreign;
 pub(crate) mod timing;
+pub(crate) use channels::ReadMode;
 pub use diagnostics::*;
 
 /// Default client-side deadline of one call.
@@ -53,6 +55,8 @@ pub(crate) struct CaseRun<'a> {
     subscriptions: Mutex<Vec<(FunctionRef, iii_sdk::trigger::Trigger)>>,
     /// What the subscribers received, in arrival order.
     received: std::sync::Arc<Mutex<Vec<Value>>>,
+    /// Data channels the case opened (action `open_channel`).
+    channels: channels::Channels,
 }
 
 /// The owner side of a trigger type a case declares: accepts every binding.
@@ -103,6 +107,7 @@ impl<'a> CaseRun<'a> {
             trigger_types: Mutex::new(Vec::new()),
             subscriptions: Mutex::new(Vec::new()),
             received: Default::default(),
+            channels: Default::default(),
         }
     }
 
@@ -483,6 +488,17 @@ impl<'a> CaseRun<'a> {
                     .collect();
                 Ok(json!({ "events": events, "kinds": kinds }))
             }
+            Action::OpenChannel { name, read } => match self.fill(name) {
+                Ok(n) => self.channels.open(&self.env.client, &n, *read).await,
+                Err(e) => Err(e),
+            },
+            Action::ChannelFrames { name, wait_ms } => match self.fill(name) {
+                Ok(n) => {
+                    let wait = Duration::from_millis(wait_ms.unwrap_or(10_000));
+                    self.channels.frames(&n, wait).await
+                }
+                Err(e) => Err(e),
+            },
             Action::WorkerExit { within_ms } => self
                 .env
                 .worker_exit(Duration::from_millis(*within_ms))
@@ -492,101 +508,6 @@ impl<'a> CaseRun<'a> {
         match r {
             Ok(v) => Outcome::Response(v),
             Err(e) => Outcome::Transport(e),
-        }
-    }
-
-    /// The one live sandbox holding `file`.
-    async fn locate_sandbox(&self, file: &str) -> Result<Value, String> {
-        let listed = match self.trigger("sandbox::list", json!({}), 10_000).await {
-            Outcome::Response(v) => v,
-            Outcome::Error { code, message } => {
-                return Err(format!("sandbox::list failed: {code}: {message}"))
-            }
-            Outcome::Transport(e) => return Err(format!("sandbox::list failed: {e}")),
-        };
-        let ids: Vec<String> = listed
-            .get("sandboxes")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter(|s| s.get("stopped") != Some(&Value::Bool(true)))
-                    .filter_map(|s| s.get("sandbox_id").and_then(Value::as_str))
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let probes = ids.iter().map(|id| async move {
-            let r = self
-                .trigger(
-                    "sandbox::fs::read",
-                    json!({ "sandbox_id": id, "path": file }),
-                    10_000,
-                )
-                .await;
-            matches!(r, Outcome::Response(_)).then(|| id.clone())
-        });
-        let found: Vec<String> = join_all(probes).await.into_iter().flatten().collect();
-        match found.as_slice() {
-            [] => Ok(json!({ "found": false })),
-            [one] => Ok(json!({ "found": true, "sandbox_id": one })),
-            many => Err(format!("{file} exists in {} sandboxes", many.len())),
-        }
-    }
-
-    /// Registers a recording function and binds it to `trigger_type`.
-    fn subscribe(&self, trigger_type: &str, config: Option<Value>) -> Result<Value, String> {
-        let function_id = format!("conformance.subscriber::{}", uuid::Uuid::new_v4().simple());
-        let sink = self.received.clone();
-        let reg = RegisterFunction::new_async(move |payload: Value| {
-            let sink = sink.clone();
-            async move {
-                lock(&sink).push(payload);
-                Ok::<Value, iii_sdk::Error>(json!({ "received": true }))
-            }
-        })
-        .description("records events for a code-runner-conformance case");
-        let f = self.env.client.register_function(function_id.clone(), reg);
-        #[allow(deprecated)] // the engine speaks trigger types
-        let bound = self
-            .env
-            .client
-            .register_trigger(iii_sdk::protocol::RegisterTriggerInput {
-                trigger_type: trigger_type.to_string(),
-                function_id,
-                config: config.unwrap_or_else(|| json!({})),
-                metadata: None,
-                namespace: None,
-                trigger_namespace: None,
-            });
-        match bound {
-            Ok(t) => {
-                lock(&self.subscriptions).push((f, t));
-                Ok(json!({ "subscribed": true }))
-            }
-            Err(e) => {
-                f.unregister();
-                Err(format!("cannot bind to {trigger_type}: {e}"))
-            }
-        }
-    }
-
-    /// Registers a function from the suite's own client, visible on the bus.
-    async fn register_foreign(&self, function_id: &str) -> Result<Value, String> {
-        let reg = RegisterFunction::new_async(|payload: Value| async move {
-            Ok::<Value, iii_sdk::Error>(payload)
-        })
-        .description("registered by code-runner-conformance (another worker on the bus)");
-        let f = self.env.client.register_function(function_id, reg);
-        lock(&self.foreign).push(f);
-        let ids = [function_id.to_string()];
-        let listed = crate::standin::wait::until(Duration::from_secs(10), || async {
-            super::env::functions_listed(&self.env.client, &ids).await == Some(true)
-        })
-        .await;
-        if listed {
-            Ok(json!({ "registered": true }))
-        } else {
-            Err(format!("{function_id} never showed up on the bus"))
         }
     }
 }

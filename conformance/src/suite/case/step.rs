@@ -128,6 +128,23 @@ pub(crate) enum Action {
     /// What this case's subscribers received so far, in arrival order:
     /// `{events: [payload…], kinds: [payload.event…]}`.
     Received {},
+    /// Creates a data channel from the suite's own client, named `name`
+    /// in the case, and starts reading it (`read: first`: one frame, then
+    /// the reader goes away): `{writer}`, the writer ref to hand over
+    /// (capture it, e.g. into a run's `output`).
+    OpenChannel {
+        name: String,
+        #[serde(default)]
+        read: crate::suite::runner::ReadMode,
+    },
+    /// What channel `name` carried, once its end frame came, its reader
+    /// went away, or `wait_ms` (default 10 s) passed: `{frames, types,
+    /// seqs, stdout, stderr, end, first_frame_ms, done}`.
+    ChannelFrames {
+        name: String,
+        #[serde(default)]
+        wait_ms: Option<u64>,
+    },
 }
 
 impl Action {
@@ -140,6 +157,8 @@ impl Action {
                 | Action::DeclareTriggerType { .. }
                 | Action::Subscribe { .. }
                 | Action::Received {}
+                | Action::OpenChannel { .. }
+                | Action::ChannelFrames { .. }
         )
     }
 }
@@ -327,6 +346,8 @@ pub(crate) fn action_name(a: &Action) -> &'static str {
         Action::WorkerExit { .. } => "worker_exit",
         Action::Subscribe { .. } => "subscribe",
         Action::Received {} => "received",
+        Action::OpenChannel { .. } => "open_channel",
+        Action::ChannelFrames { .. } => "channel_frames",
     }
 }
 

@@ -16,6 +16,7 @@ use crate::suite::errors::{classify, Observed};
 mod concurrency;
 mod forms;
 mod inventory;
+mod output;
 mod register;
 use register::registrations;
 
@@ -226,6 +227,7 @@ async fn runs(p: &mut Prober<'_>) {
                 "whether a python run's response carries `result`",
             );
             response_fields(p, v);
+            output::output_stream(p).await;
             Some(true)
         }
         a if a.refused() => Some(false),

@@ -1,0 +1,169 @@
+//! A run's `output` stream (issue 44), through the whole worker on the
+//! hermetic stack:
+//!
+//! - `stream/first_frame_ms/<lang>/p50`, `…/p99`: from the code's first
+//!   write (the wall-clock time it prints) to its frame at the caller's
+//!   reader, one-shot runs (limit for the p50: 100 ms);
+//! - `stream/kept_1mib/<lang>`: a kept run that prints 1 MiB, streamed
+//!   over the same run without `output`, paired (limit 1.2).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use iii_sdk::IIIClient;
+use sandbox_code_runner::ids::Lang;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use super::prestart::{paired_ratio, Side};
+use super::*;
+
+fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0)
+}
+
+/// A channel being read: its writer ref, and when its first data frame
+/// came (wall clock, ms) with that frame's text.
+struct Reader {
+    writer: Value,
+    first: Arc<Mutex<Option<(f64, String)>>>,
+    ended: Arc<Notify>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn reader(client: &IIIClient) -> Reader {
+    let channel = iii_sdk::helpers::create_channel(client, None)
+        .await
+        .expect("a channel");
+    let writer = serde_json::to_value(&channel.writer_ref).expect("a ref");
+    let first = Arc::new(Mutex::new(None));
+    let ended = Arc::new(Notify::new());
+    let (f, e) = (first.clone(), ended.clone());
+    channel
+        .reader
+        .on_message(move |text| {
+            let frame: Value = serde_json::from_str(&text).unwrap_or_default();
+            if frame["type"] == "end" {
+                e.notify_one();
+            } else if frame["type"] == "stdout" {
+                let mut first = f.lock().unwrap();
+                if first.is_none() {
+                    *first = Some((now_ms(), frame["data"].as_str().unwrap_or("").to_string()));
+                }
+            }
+        })
+        .await;
+    let r = channel.reader;
+    let task = tokio::spawn(async move { while let Ok(Some(_)) = r.next_binary().await {} });
+    Reader {
+        writer,
+        first,
+        ended,
+        _task: task,
+    }
+}
+
+fn first_write(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "import time\nprint(time.time_ns() // 1000)\ntime.sleep(0.3)\n",
+        Lang::Node => {
+            "console.log(String(Math.round((performance.timeOrigin + performance.now()) * 1000)));\nawait new Promise((r) => setTimeout(r, 300));\n"
+        }
+    }
+}
+
+/// One streamed one-shot run: ms from its first write to its frame.
+async fn first_frame_ms(side: &Side, lang: Lang) -> f64 {
+    let r = reader(&side.client).await;
+    must(
+        &side.client,
+        "sandbox-code-runner::run",
+        json!({"lang": lang.as_str(), "code": first_write(lang), "output": r.writer}),
+    )
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), r.ended.notified()).await;
+    let first = r.first.lock().unwrap().clone();
+    let (at, text) = first.expect("a first frame");
+    let written_us: f64 = text.trim().parse().expect("the code printed its time");
+    at - written_us / 1e3
+}
+
+fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v.get(i).copied().unwrap_or(f64::NAN)
+}
+
+fn one_mib(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(1024):\n    sys.stdout.write(line)\n",
+        Lang::Node => "const line = 'x'.repeat(1023) + '\\n';\nfor (let i = 0; i < 1024; i++) process.stdout.write(line);\n",
+    }
+}
+
+/// The `stream` group.
+pub fn stream(rt: &tokio::runtime::Runtime) {
+    rt.block_on(async {
+        let side = Side::start("prestart: true\n").await;
+        for lang in [Lang::Python, Lang::Node] {
+            if !lang_enabled(lang.as_str()) {
+                continue;
+            }
+            // Untimed: the pool and the interpreters warm.
+            for _ in 0..3 {
+                first_frame_ms(&side, lang).await;
+            }
+            let mut v = Vec::new();
+            for _ in 0..pairs(20) {
+                v.push(first_frame_ms(&side, lang).await);
+            }
+            let id = format!("stream/first_frame_ms/{}", lang.as_str());
+            record_bounded(&format!("{id}/p50"), percentile(v.clone(), 0.5), 100.0);
+            record_figure(&format!("{id}/p99"), percentile(v, 0.99));
+
+            let kept = must(
+                &side.client,
+                "sandbox-code-runner::run",
+                json!({"lang": lang.as_str(), "code": "1", "keep": true}),
+            )
+            .await;
+            let rt_id = kept["runtime_id"].clone();
+            let code = one_mib(lang);
+            let run = |output: Option<Value>| {
+                let (client, rt_id) = (&side.client, rt_id.clone());
+                async move {
+                    let mut payload = json!({"runtime_id": rt_id, "code": code});
+                    if let Some(o) = output {
+                        payload["output"] = o;
+                    }
+                    let t = std::time::Instant::now();
+                    must(client, "sandbox-code-runner::run", payload).await;
+                    t.elapsed().as_secs_f64() * 1e3
+                }
+            };
+            paired_ratio(
+                &format!("stream/kept_1mib/{}", lang.as_str()),
+                1.2,
+                pairs(20),
+                || async {
+                    let r = reader(&side.client).await;
+                    let ms = run(Some(r.writer.clone())).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(10), r.ended.notified()).await;
+                    ms
+                },
+                || run(None),
+            )
+            .await;
+            must(
+                &side.client,
+                "sandbox-code-runner::teardown",
+                json!({"runtime_id": rt_id}),
+            )
+            .await;
+        }
+        side.stop().await;
+    });
+}

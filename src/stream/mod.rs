@@ -1,0 +1,25 @@
+//! A run's stdout and stderr, streamed to the data channel its caller
+//! handed over (`output`) while the run goes on.
+//!
+//! The daemon's `sandbox::exec` answers only at its end, so the output is
+//! copied inside the VM as it is written (`tee`, before the run's own
+//! command: `guest/stream/tee.sh`) and read by follower execs beside the
+//! run (`follow`). The frames go to the caller's writer from one task per
+//! run through a bounded queue (`sink`): a slow or gone reader loses frames
+//! (the answer says how many), never time of the run or of the worker.
+
+mod follow;
+pub mod frames;
+mod sink;
+
+pub(crate) use follow::{Follow, StreamTo};
+pub use sink::Sink;
+
+/// What of each stream is streamed; past it, the rest is only in the
+/// answer (`OutputSummary::cut`). Bounds what a streamed run holds in its
+/// VM's memory (the copies live in its `/tmp`).
+pub const STREAMED_BYTES: u64 = 4 << 20;
+
+/// Set in a streamed run's env: python's wrappers then flush stdout at
+/// each line (`guest/python/shared.py`), as a terminal would.
+pub(crate) const STREAMED_ENV: &str = "SCR_STREAMED";

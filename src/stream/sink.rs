@@ -1,0 +1,171 @@
+//! The frames of one streamed run, on their way to the caller's writer.
+//!
+//! The run's side never waits: a frame goes into a bounded queue or is
+//! dropped (its sequence number is then missing from the stream). One task
+//! per run empties the queue into the writer, each frame within a deadline;
+//! a writer that fails or stalls past it is given up, and every later frame
+//! is dropped. The end frame comes last, after every queued frame, and the
+//! task then closes the writer and ends: nothing outlives the run by more
+//! than the deadlines.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use super::frames::{data_frame, end_frame, Framer, Stream};
+use crate::bus::FrameWriter;
+use crate::wire::OutputSummary;
+
+/// Frames a run may have queued at once; past it frames are dropped.
+const QUEUE_FRAMES: usize = 256;
+/// Text of one data frame, at most (bytes); longer chunks are split.
+const FRAME_BYTES: usize = 16 << 10;
+/// How long one frame may take to reach the engine.
+const SEND_DEADLINE: Duration = Duration::from_secs(5);
+
+/// One streamed run's frames.
+pub struct Sink {
+    queue: Mutex<Queue>,
+    dropped: std::sync::Arc<AtomicU64>,
+    cut: AtomicBool,
+    end: Mutex<Option<oneshot::Sender<Value>>>,
+}
+
+struct Queue {
+    tx: mpsc::Sender<Value>,
+    framer: Framer,
+    next_seq: u64,
+}
+
+impl Sink {
+    /// Starts the task that feeds `writer`.
+    pub fn start(writer: Box<dyn FrameWriter>) -> Sink {
+        let (tx, rx) = mpsc::channel(QUEUE_FRAMES);
+        let (end_tx, end_rx) = oneshot::channel();
+        let dropped = std::sync::Arc::new(AtomicU64::new(0));
+        tokio::spawn(pump(writer, rx, end_rx, dropped.clone()));
+        Sink {
+            queue: Mutex::new(Queue {
+                tx,
+                framer: Framer::default(),
+                next_seq: 0,
+            }),
+            dropped,
+            cut: AtomicBool::new(false),
+            end: Mutex::new(Some(end_tx)),
+        }
+    }
+
+    /// Bytes of `stream` taken in so far.
+    pub fn seen(&self, stream: Stream) -> u64 {
+        self.lock().framer.seen(stream)
+    }
+
+    /// The next bytes of `stream`.
+    pub fn push(&self, stream: Stream, chunk: &[u8]) {
+        let mut q = self.lock();
+        if let Some(text) = q.framer.push(stream, chunk) {
+            q.send(stream, &text, &self.dropped);
+        }
+    }
+
+    /// Notes that a stream passed what is streamed of it.
+    pub fn mark_cut(&self) {
+        self.cut.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends the stream with `verdict` (the answer's, or its error) in the
+    /// end frame, after anything still held; says what became of the
+    /// frames. The end frame is sent once whatever was queued before it
+    /// has been.
+    pub fn end(&self, verdict: Value) -> OutputSummary {
+        let mut q = self.lock();
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            if let Some(text) = q.framer.finish(stream) {
+                q.send(stream, &text, &self.dropped);
+            }
+        }
+        let frames = q.next_seq;
+        let summary = OutputSummary {
+            frames,
+            dropped: self.dropped.load(Ordering::Relaxed),
+            cut: self.cut.load(Ordering::Relaxed),
+        };
+        let frame = end_frame(frames, verdict, summary.dropped);
+        if let Some(end) = self.end.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = end.send(frame);
+        }
+        summary
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Queue {
+    /// `text` as frames of at most `FRAME_BYTES` (cut on characters).
+    fn send(&mut self, stream: Stream, mut text: &str, dropped: &AtomicU64) {
+        while !text.is_empty() {
+            let mut at = text.len().min(FRAME_BYTES);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let frame = data_frame(self.next_seq, stream, &text[..at]);
+            self.next_seq += 1;
+            if self.tx.try_send(frame).is_err() {
+                dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            text = &text[at..];
+        }
+    }
+}
+
+/// Feeds `writer` every data frame until the run's side is done (the
+/// `Sink` dropped), then the end frame, then closes it.
+async fn pump(
+    writer: Box<dyn FrameWriter>,
+    mut rx: mpsc::Receiver<Value>,
+    end: oneshot::Receiver<Value>,
+    dropped: std::sync::Arc<AtomicU64>,
+) {
+    let mut alive = true;
+    while let Some(frame) = rx.recv().await {
+        alive = offer(&*writer, frame, alive, &dropped).await;
+    }
+    if let Ok(last) = end.await {
+        alive = offer(&*writer, last, alive, &dropped).await;
+    }
+    if alive {
+        let _ = tokio::time::timeout(SEND_DEADLINE, writer.close()).await;
+    }
+    tracing::debug!(
+        dropped = dropped.load(Ordering::Relaxed),
+        "an output stream ended"
+    );
+}
+
+/// `frame` to a writer that is still `alive`; whether it still is (one
+/// that failed or stalled is given up, and the frame counted dropped, as
+/// is every frame after it).
+async fn offer(writer: &dyn FrameWriter, frame: Value, alive: bool, dropped: &AtomicU64) -> bool {
+    let delivered = alive
+        && match tokio::time::timeout(SEND_DEADLINE, writer.send(frame.to_string())).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e.message, "an output stream's reader is gone");
+                false
+            }
+            Err(_) => {
+                tracing::debug!("an output stream's reader stalled");
+                false
+            }
+        };
+    if !delivered {
+        dropped.fetch_add(1, Ordering::Relaxed);
+    }
+    delivered
+}
