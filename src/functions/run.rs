@@ -41,7 +41,7 @@ pub async fn handle(
     }
     let timeout = m.config().clamp_timeout(req.timeout_ms);
     let sink = match &req.output {
-        Some(channel) => Some(open_output(m, channel)?),
+        Some(channel) => Some(open_output(m, channel, timeout)?),
         None => None,
     };
     let answer = run(m, caller, &req, timeout, sink.as_ref()).await;
@@ -66,7 +66,7 @@ pub async fn handle(
 
 /// The caller's writer for `output`: a ref that is not a writer's is
 /// `invalid_request` naming the field.
-fn open_output(m: &Manager, channel: &ChannelRef) -> Result<Sink, WorkerError> {
+fn open_output(m: &Manager, channel: &ChannelRef, timeout_ms: u64) -> Result<Sink, WorkerError> {
     if channel.direction != "write" {
         return Err(WorkerError::invalid(
             "output.direction",
@@ -86,7 +86,11 @@ fn open_output(m: &Manager, channel: &ChannelRef) -> Result<Sink, WorkerError> {
         .bus()
         .open_writer(channel)
         .map_err(|e| WorkerError::invalid("output", e.message))?;
-    Ok(Sink::start(writer))
+    // The run's budget, and room for a VM to boot and an SDK to install.
+    let budget = std::time::Duration::from_millis(
+        timeout_ms.saturating_add(m.config().sdk_install_timeout_ms),
+    );
+    Ok(Sink::start(writer, budget))
 }
 
 async fn run(

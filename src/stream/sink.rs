@@ -25,6 +25,9 @@ const QUEUE_FRAMES: usize = 256;
 const FRAME_BYTES: usize = 16 << 10;
 /// How long one frame may take to reach the engine.
 const SEND_DEADLINE: Duration = Duration::from_secs(5);
+/// How long the writer task may outlive the run's budget, draining what
+/// was queued: past it, whatever is left is dropped with the task.
+const DRAIN: Duration = Duration::from_secs(30);
 
 /// One streamed run's frames.
 pub struct Sink {
@@ -41,12 +44,19 @@ struct Queue {
 }
 
 impl Sink {
-    /// Starts the task that feeds `writer`.
-    pub fn start(writer: Box<dyn FrameWriter>) -> Sink {
+    /// Starts the task that feeds `writer`, for a run of at most `budget`:
+    /// the task ends by `budget` plus a drain allowance, whatever its
+    /// reader does.
+    pub fn start(writer: Box<dyn FrameWriter>, budget: Duration) -> Sink {
         let (tx, rx) = mpsc::channel(QUEUE_FRAMES);
         let (end_tx, end_rx) = oneshot::channel();
         let dropped = std::sync::Arc::new(AtomicU64::new(0));
-        tokio::spawn(pump(writer, rx, end_rx, dropped.clone()));
+        let feeding = pump(writer, rx, end_rx, dropped.clone());
+        tokio::spawn(async move {
+            if tokio::time::timeout(budget + DRAIN, feeding).await.is_err() {
+                tracing::debug!("an output stream's reader took too long; the rest is dropped");
+            }
+        });
         Sink {
             queue: Mutex::new(Queue {
                 tx,
