@@ -2,7 +2,8 @@
  * runtime_id redaction.
  *
  * A runtime id (`rt-` + UUID) is a capability: whoever holds it can run code in
- * that runtime or tear it down. Cards therefore never render one in full. Text
+ * that runtime or tear it down. So is a data channel's `access_key` (a run's
+ * `output` writer): values under either key are masked the same way. Cards therefore never render one in full. Text
  * gets every id replaced by its short form (`rt-1a2b…`), and values handed to a
  * raw JSON view or a copy button go through {@link redactRaw} first.
  */
@@ -16,8 +17,10 @@ const UUID = `${HEX}{8}-${HEX}{4}-${HEX}{4}-${HEX}{4}-${HEX}{12}`;
 /** A complete runtime id, anchored. */
 export const RUNTIME_ID_RE = new RegExp(`^[Rr][Tt]-${UUID}$`);
 
-/** Keys whose values are runtime ids whatever they look like. */
-const SECRET_KEY_RE = /^(runtime[-_ ]?id|runtimeid)$/i;
+/** Keys whose values are secrets whatever they look like: runtime ids, and
+ * the access key of a data channel (a run's `output` writer opens its
+ * caller's stream with it). */
+const SECRET_KEY_RE = /^(runtime[-_ ]?id|runtimeid|access[-_ ]?key|accesskey)$/i;
 
 /** Secrets shorter than this are not searched for verbatim in text: a
  * caller-chosen `runtime_id: "a"` would otherwise blank every letter a. */

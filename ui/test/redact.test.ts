@@ -178,6 +178,13 @@ describe("redactRaw cases", () => {
     expect(out).toEqual({ "rt-1a2b…": 1, "rt-1a2b… (2)": 2, list: ["rt-1a2b…"], note: "held by rt-1a2b…" });
   });
 
+  it("masks a run's output writer key, and finds it verbatim elsewhere", () => {
+    const key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    const out = redactRaw({ input: { code: "print(1)", output: { channel_id: "ch-1", access_key: key, direction: "write" } }, note: `key ${key}` });
+    expect(JSON.stringify(out)).not.toContain(key);
+    expect(out).toEqual({ input: { code: "print(1)", output: { channel_id: "ch-1", access_key: "0f1e2d3…", direction: "write" } }, note: "key 0f1e2d3…" });
+  });
+
   it("masks whatever sits under a runtime_id key, and finds it verbatim elsewhere", () => {
     const out = redactRaw({ input: { runtime_id: "my-own-token-123" }, error: "no runtime my-own-token-123 here" });
     expect(JSON.stringify(out)).not.toContain("my-own-token-123");
