@@ -1,5 +1,7 @@
 //! `sandbox-code-runner::run`.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use crate::bus::FunctionSpec;
@@ -66,7 +68,11 @@ pub async fn handle(
 
 /// The caller's writer for `output`: a ref that is not a writer's is
 /// `invalid_request` naming the field.
-fn open_output(m: &Manager, channel: &ChannelRef, timeout_ms: u64) -> Result<Sink, WorkerError> {
+fn open_output(
+    m: &Manager,
+    channel: &ChannelRef,
+    timeout_ms: u64,
+) -> Result<Arc<Sink>, WorkerError> {
     if channel.direction != "write" {
         return Err(WorkerError::invalid(
             "output.direction",
@@ -90,7 +96,7 @@ fn open_output(m: &Manager, channel: &ChannelRef, timeout_ms: u64) -> Result<Sin
     let budget = std::time::Duration::from_millis(
         timeout_ms.saturating_add(m.config().sdk_install_timeout_ms),
     );
-    Ok(Sink::start(writer, budget))
+    Ok(Arc::new(Sink::start(writer, budget)))
 }
 
 async fn run(
@@ -98,7 +104,7 @@ async fn run(
     caller: &Caller,
     req: &RunRequest,
     timeout: u64,
-    sink: Option<&Sink>,
+    sink: Option<&Arc<Sink>>,
 ) -> Result<RunResponse, WorkerError> {
     match req.runtime_id.as_deref() {
         Some(id) => Ok(m

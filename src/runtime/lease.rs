@@ -207,12 +207,13 @@ impl VmLease {
     }
 
     /// Every exec of the worker's, behind the seal until the VM is sealed;
-    /// a streamed run's behind the copy its follower reads.
+    /// a streamed run's behind the copy its followers read
+    /// (`stream::StreamTo::run`).
     pub(crate) async fn exec(&self, mut p: ExecParams) -> Result<ExecOutput, SandboxError> {
-        if let Some(to) = p.stream.take() {
-            p = to.wrap(p);
+        match p.stream.take() {
+            Some(to) => to.run(p, |q| self.vms.exec(&self.id, q)).await,
+            None => self.vms.exec(&self.id, p).await,
         }
-        self.vms.exec(&self.id, p).await
     }
 
     /// An exec that runs beside its operation (a one-shot's lifeline),

@@ -168,7 +168,7 @@ impl Manager {
         code: &str,
         keep: Keep,
         timeout_ms: u64,
-        output: Option<&crate::stream::Sink>,
+        output: Option<&std::sync::Arc<crate::stream::Sink>>,
     ) -> Result<RunResponse, RunError> {
         run::fresh(self, caller, lang, code, keep, timeout_ms, output).await
     }
@@ -181,7 +181,7 @@ impl Manager {
         session: Option<bool>,
         code: &str,
         timeout_ms: u64,
-        output: Option<&crate::stream::Sink>,
+        output: Option<&std::sync::Arc<crate::stream::Sink>>,
     ) -> Result<RunResponse, RunError> {
         run::in_runtime(self, id, lang, session, code, timeout_ms, output).await
     }

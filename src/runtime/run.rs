@@ -1,6 +1,7 @@
 //! The `run` operation: one-shot and kept runs on a fresh (or warm) VM, and
 //! runs in a kept runtime, one exec at a time.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::errors::{DaemonFailure, RunError};
@@ -18,7 +19,7 @@ use crate::guest_access::TokenLease;
 use crate::ids::{Lang, RuntimeId};
 use crate::run_result;
 use crate::sandbox::{ExecOutput, ExecParams};
-use crate::stream::{Follow, Sink};
+use crate::stream::{Sink, StreamTo};
 use crate::tenancy::Caller;
 use crate::wire::{RunResponse, SessionState};
 
@@ -94,25 +95,21 @@ async fn exec_run(
 }
 
 /// `exec_run`, its output streamed to `sink` as it comes when the caller
-/// gave one.
+/// gave one (`VmLease::exec` follows whatever exec `p` becomes).
 async fn exec_streamed(
     m: &Manager,
     vm: &VmLease,
     session: Option<&Session>,
     mut p: ExecParams,
     then: Then,
-    sink: Option<&Sink>,
+    sink: Option<&Arc<Sink>>,
 ) -> Result<(ExecOutput, Option<SessionState>), RunError> {
-    let Some(sink) = sink else {
-        return exec_run(m, vm, session, p, then).await;
-    };
-    let follow = Follow::new(sink);
-    p.stream = Some(follow.target());
-    p.env
-        .insert(crate::stream::STREAMED_ENV.to_string(), "1".to_string());
-    follow
-        .alongside(vm, exec_run(m, vm, session, p, then))
-        .await
+    if let Some(sink) = sink {
+        p.stream = Some(StreamTo::new(sink.clone()));
+        p.env
+            .insert(crate::stream::STREAMED_ENV.to_string(), "1".to_string());
+    }
+    exec_run(m, vm, session, p, then).await
 }
 
 /// `p` with the guest's token in its env, when it has one.
@@ -141,7 +138,7 @@ pub(super) async fn fresh(
     code: &str,
     keep: Keep,
     timeout_ms: u64,
-    sink: Option<&Sink>,
+    sink: Option<&Arc<Sink>>,
 ) -> Result<RunResponse, RunError> {
     let session = (keep == Keep::Session).then(Session::default);
     let keep = keep != Keep::Nothing;
@@ -250,7 +247,7 @@ pub(super) async fn in_runtime(
     session: Option<bool>,
     code: &str,
     timeout_ms: u64,
-    sink: Option<&Sink>,
+    sink: Option<&Arc<Sink>>,
 ) -> Result<RunResponse, RunError> {
     let rt = m.book.lock().runtime(id).ok_or(RunError::UnknownRuntime)?;
     if lang.is_some_and(|l| l != rt.lang()) {

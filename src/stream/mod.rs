@@ -1,10 +1,10 @@
 //! A run's stdout and stderr, streamed to the data channel its caller
 //! handed over (`output`) while the run goes on.
 //!
-//! The daemon's `sandbox::exec` answers only at its end, so the output is
-//! copied inside the VM as it is written (`tee`, before the run's own
-//! command: `guest/stream/tee.sh`) and read by follower execs beside the
-//! run (`follow`). The frames go to the caller's writer from one task per
+//! The daemon's `sandbox::exec` answers only at its end, so the run's exec
+//! writes its output to a copy inside the VM (`guest/stream/tee.sh`, before
+//! the run's own command) that follower execs read beside it (`follow`);
+//! the exec's answer is given what they read. The frames go to the caller's writer from one task per
 //! run through a bounded queue (`sink`): a slow or gone reader loses frames
 //! (the answer says how many), never time of the run or of the worker.
 
@@ -12,7 +12,7 @@ mod follow;
 pub mod frames;
 mod sink;
 
-pub(crate) use follow::{Follow, StreamTo};
+pub(crate) use follow::StreamTo;
 pub use sink::Sink;
 
 /// What of each stream is streamed; past it, the rest is only in the
