@@ -301,15 +301,23 @@ fn a_call_that_ends_its_server_costs_only_itself(#[case] code: &str) {
     let (v, _, _) = s.run(code, 10_000);
     let o = ran(&v);
     assert_ne!(o.exit_code, Some(0), "{o:?}");
-    assert!(s.wait_ready(s.keep()), "a new server took its place");
-    let after = s.server_pids();
-    assert_eq!(
-        before.iter().filter(|p| !after.contains(p)).count(),
-        1,
-        "one server was replaced: {before:?} → {after:?}"
-    );
-    for _ in 0..s.keep() {
-        assert_eq!(s.run("return 2", 10_000).1.as_deref(), Some("2"));
+    s.one_server_replaced(&before);
+}
+
+impl HostScopes {
+    /// Exactly one of the servers `before` was replaced, a new one took its
+    /// place, and every slot serves the next calls.
+    fn one_server_replaced(&self, before: &[String]) {
+        assert!(self.wait_ready(self.keep()), "a new server took its place");
+        let after = self.server_pids();
+        assert_eq!(
+            before.iter().filter(|p| !after.contains(p)).count(),
+            1,
+            "one server was replaced: {before:?} → {after:?}"
+        );
+        for _ in 0..self.keep() {
+            assert_eq!(self.run("return 2", 10_000).1.as_deref(), Some("2"));
+        }
     }
 }
 

@@ -266,14 +266,5 @@ fn a_call_that_speaks_for_its_server_ends_it(#[case] forge: &str) {
         frame,
         crate::guest::Frame::Ok(serde_json::json!("finished"))
     );
-    assert!(s.wait_ready(s.keep()), "a new server took its place");
-    let after = s.server_pids();
-    assert_eq!(
-        before.iter().filter(|p| !after.contains(p)).count(),
-        1,
-        "one server was replaced: {before:?} → {after:?}"
-    );
-    for _ in 0..s.keep() {
-        assert_eq!(s.run("return 2", 10_000).1.as_deref(), Some("2"));
-    }
+    s.one_server_replaced(&before);
 }
