@@ -5,6 +5,8 @@
 # most <max> bytes of both together (stdout first): a line
 # `<stream> <base64>` per stream that grew. With <polls> 0 it waits for
 # nothing; with `end` after it, it removes <dir> once it has read all.
+# Once the streams had ended and it read all, it removes <dir> and says
+# `end`: nothing is left for another follower.
 # Usage: sh -c "$FOLLOW" sh <dir> <seen1> <seen2> <polls> <max> [end]
 d=$1 s1=$2 s2=$3 polls=$4 max=$5 end=${6:-}
 grown() {
@@ -14,9 +16,13 @@ grown() {
 }
 i=0
 ended() { [ -e "$d/1.end" ] && [ -e "$d/2.end" ]; }
-while ! grown && ! ended && [ "$i" -lt "$polls" ]; do
-  i=$((i + 1))
-  sleep 0.02
+# Whether the streams had ended is looked at before their sizes, so sizes
+# read after it are final.
+while :; do
+  done=
+  ended && done=1
+  grown || [ -n "$done" ] || [ "$i" -ge "$polls" ] || { i=$((i + 1)); sleep 0.02; continue; }
+  break
 done
 r1=$((n1 - s1))
 [ "$r1" -gt "$max" ] && r1=$max
@@ -28,6 +34,7 @@ fi
 if [ "$r2" -gt 0 ]; then
   printf '2 '; tail -c +$((s2 + 1)) "$d/2" | head -c "$r2" | base64 -w0; echo
 fi
-if [ "$end" = end ] && [ $((s1 + r1)) -ge "$n1" ] && [ $((s2 + r2)) -ge "$n2" ]; then
+if { [ "$end" = end ] || [ -n "$done" ]; } && [ $((s1 + r1)) -ge "$n1" ] && [ $((s2 + r2)) -ge "$n2" ]; then
   rm -rf "$d"
+  [ -n "$done" ] && echo end
 fi

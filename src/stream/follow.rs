@@ -79,6 +79,9 @@ enum Read {
     Full,
     /// It read what there was.
     All,
+    /// The streams had ended and it read all that was left: the copy is
+    /// gone.
+    Ended,
 }
 
 impl StreamTo {
@@ -114,7 +117,7 @@ impl StreamTo {
         }
         let run = exec(self.wrap(p));
         tokio::pin!(run);
-        let answered = loop {
+        let (answered, mut last) = loop {
             let read = self.read(&exec, POLLS, false);
             tokio::pin!(read);
             tokio::select! {
@@ -123,17 +126,25 @@ impl StreamTo {
                     // answers: it is awaited, not left holding an exec
                     // slot (unless the copy was never made, and it waits
                     // out its polls there).
-                    let _ = tokio::time::timeout(IN_FLIGHT_GRACE, read).await;
-                    break out;
+                    let last = tokio::time::timeout(IN_FLIGHT_GRACE, read).await;
+                    break (out, last.unwrap_or(Read::Full));
                 }
-                r = &mut read => if r == Read::Failed {
+                r = &mut read => match r {
                     // The VM's exec slots are full, or it is gone: the
                     // last reads still take what the copy holds.
-                    break run.await;
+                    Read::Failed => break (run.await, Read::Full),
+                    // The streams ended (the exec is about to answer) and
+                    // all of them was read: nothing is left to follow.
+                    Read::Ended => break (run.await, Read::Ended),
+                    Read::Full | Read::All => {}
                 },
             }
         };
-        let mut last = Read::Full;
+        // Unless the follower in flight saw the streams end and took all,
+        // the last ones take the rest (each at most READ_BYTES).
+        if last != Read::Ended {
+            last = Read::Full;
+        }
         while last == Read::Full {
             last = self.read(&exec, 0, true).await;
         }
@@ -202,7 +213,12 @@ impl StreamTo {
             _ => return Read::Failed,
         };
         let mut read = 0;
+        let mut ended = false;
         for line in out.stdout.lines() {
+            if line == "end" {
+                ended = true;
+                continue;
+            }
             let (stream, b64) = match line.split_once(' ') {
                 Some(("1", b)) => (Stream::Stdout, b),
                 Some(("2", b)) => (Stream::Stderr, b),
@@ -224,7 +240,9 @@ impl StreamTo {
             }
             sink.push(stream, &bytes);
         }
-        if read >= READ_BYTES {
+        if ended {
+            Read::Ended
+        } else if read >= READ_BYTES {
             Read::Full
         } else {
             Read::All
