@@ -444,9 +444,11 @@ function realmServing() {
     },
     // Whether everything the last call opened has closed, given up to
     // `ms` once it answered (a client it shut down closes its socket a
-    // moment later): what is still open then was left behind, and the
-    // server is no later call's.
-    async settled(ms = 100) {
+    // moment later; on a loaded host, later still): what is still open
+    // then was left behind, and the server is no later call's. A call that
+    // leaves nothing is ready again at once; one that leaves something
+    // costs this server a second, which the slot's spare covers.
+    async settled(ms = 1000) {
       // (Past one loop's close phase: the call's streams this server let
       // go of are closed by then.)
       for (let i = 0; i < 2; i++) await new Promise((resolve) => setImmediate(resolve));
