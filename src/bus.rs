@@ -174,8 +174,9 @@ pub trait Bus: Send + Sync + 'static {
     }
 
     /// The writer end of a data channel a caller made and handed over (a
-    /// run's `output`). Nothing connects until the first frame is sent.
-    /// Buses without channels answer `UNSUPPORTED`.
+    /// run's `output`, whose direction the edge checked). Nothing connects
+    /// until the first frame is sent. Buses without channels answer
+    /// `UNSUPPORTED`.
     fn open_writer(&self, channel: &ChannelRef) -> Result<Box<dyn FrameWriter>, BusError> {
         let _ = channel;
         Err(BusError::new(UNSUPPORTED, "this bus has no data channels"))
@@ -431,19 +432,11 @@ impl Bus for SdkBus {
     }
 
     fn open_writer(&self, channel: &ChannelRef) -> Result<Box<dyn FrameWriter>, BusError> {
-        let direction = match channel.direction.as_str() {
-            "write" => iii_sdk::channels::ChannelDirection::Write,
-            other => {
-                return Err(BusError::new(
-                    "BAD_REF",
-                    format!("a writer ref's direction is `write`, not `{other}`"),
-                ))
-            }
-        };
+        // A writer ref: `functions::run` refused any other direction.
         let r = iii_sdk::channel::StreamChannelRef {
             channel_id: channel.channel_id.clone(),
             access_key: channel.access_key.clone(),
-            direction,
+            direction: iii_sdk::channels::ChannelDirection::Write,
         };
         Ok(Box::new(iii_sdk::channel::ChannelWriter::new(
             self.client.address(),

@@ -257,18 +257,20 @@ mod tests {
     use std::future::Future;
     use std::pin::Pin;
 
-    /// A writer that takes every frame.
-    struct Taken(Arc<Mutex<Vec<serde_json::Value>>>);
+    /// A writer that takes every frame, and says when the end frame came.
+    struct Taken(Arc<Mutex<Vec<serde_json::Value>>>, Arc<tokio::sync::Notify>);
 
     impl FrameWriter for Taken {
         fn send(
             &self,
             text: String,
         ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(serde_json::from_str(&text).unwrap());
+            let frame: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let end = frame["type"] == "end";
+            self.0.lock().unwrap().push(frame);
+            if end {
+                self.1.notify_one();
+            }
             Box::pin(async { Ok(()) })
         }
         fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -325,8 +327,9 @@ mod tests {
         ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, SandboxError>> + Send>>,
     ) -> (ExecOutput, Vec<serde_json::Value>) {
         let frames = Arc::new(Mutex::new(Vec::new()));
+        let ended = Arc::new(tokio::sync::Notify::new());
         let sink = Arc::new(Sink::start(
-            Box::new(Taken(frames.clone())),
+            Box::new(Taken(frames.clone(), ended.clone())),
             std::time::Duration::from_secs(5),
         ));
         let to = StreamTo::new(sink.clone());
@@ -338,12 +341,8 @@ mod tests {
         sink.end(serde_json::json!({}));
         drop(to);
         drop(sink);
-        for _ in 0..100 {
-            if frames.lock().unwrap().iter().any(|f| f["type"] == "end") {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        let came = tokio::time::timeout(std::time::Duration::from_secs(5), ended.notified()).await;
+        assert!(came.is_ok(), "the end frame came, after every data frame");
         let taken = frames.lock().unwrap().clone();
         (out, taken)
     }

@@ -34,13 +34,14 @@ pub struct Sink {
     queue: Mutex<Queue>,
     dropped: std::sync::Arc<AtomicU64>,
     cut: AtomicBool,
-    end: Mutex<Option<oneshot::Sender<Value>>>,
 }
 
 struct Queue {
     tx: mpsc::Sender<Value>,
     framer: Framer,
     next_seq: u64,
+    /// Taken by the one end frame.
+    end: Option<oneshot::Sender<Value>>,
 }
 
 impl Sink {
@@ -62,10 +63,10 @@ impl Sink {
                 tx,
                 framer: Framer::default(),
                 next_seq: 0,
+                end: Some(end_tx),
             }),
             dropped,
             cut: AtomicBool::new(false),
-            end: Mutex::new(Some(end_tx)),
         }
     }
 
@@ -105,7 +106,7 @@ impl Sink {
             cut: self.cut.load(Ordering::Relaxed),
         };
         let frame = end_frame(frames, verdict, summary.dropped);
-        if let Some(end) = self.end.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(end) = q.end.take() {
             let _ = end.send(frame);
         }
         summary

@@ -23,7 +23,7 @@ mod channels;
 mod diagnostics;
 mod foreign;
 pub(crate) mod timing;
-pub(crate) use channels::ReadMode;
+pub(crate) use channels::{Channels, ReadMode};
 pub use diagnostics::*;
 
 /// Default client-side deadline of one call.
