@@ -10,6 +10,8 @@ pub const REGISTER_FUNCTION: &str = "sandbox-code-runner::register_function";
 pub const TEARDOWN: &str = "sandbox-code-runner::teardown";
 /// The operator's inventory of live runtimes (no capability in it).
 pub const LIST_RUNTIMES: &str = "sandbox-code-runner::list_runtimes";
+/// The recent output of a streamed run, for the holder of its writer ref.
+pub const WATCH: &str = "sandbox-code-runner::watch";
 /// Internal: what each kind of operation cost on the daemon.
 pub const STATS: &str = "sandbox-code-runner::stats";
 /// Internal: serves the console assets for the `console:*` triggers.

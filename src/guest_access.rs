@@ -76,15 +76,17 @@ pub(crate) const SANDBOX_CONTRACT: &[&str] = &[
     "sandbox::fs::sed",
 ];
 
-/// This worker's internal functions, and the operator's inventory: plumbing
-/// and fleet views that guests have no business calling (the inventory names
-/// other tenants' namespaces and functions).
+/// This worker's internal functions, the operator's inventory and `watch`:
+/// plumbing and views that guests have no business calling (the inventory
+/// names other tenants' namespaces and functions; a guest holds no channel,
+/// so it has no writer ref to watch).
 pub const INTERNAL_FUNCTIONS: &[&str] = &[
     GUEST_AUTH,
     GUEST_REGISTER,
     GUEST_MIDDLEWARE,
     GUEST_TRIGGER,
     ids::LIST_RUNTIMES,
+    ids::WATCH,
     ids::STATS,
     ids::UI_CONTENT,
     ids::GUIDANCE_FN,

@@ -221,7 +221,7 @@ async fn boot(client: &iii_sdk::IIIClient, manager: &Manager, settings: &Arc<Set
     if let Err(e) = client.wait_until_registered(Duration::from_secs(30)).await {
         tracing::warn!(error = %e, %url, "not registered with the engine yet; the SDK keeps retrying");
     }
-    tracing::info!(%url, "sandbox-code-runner serving run, register_function, teardown, list_runtimes");
+    tracing::info!(%url, "sandbox-code-runner serving run, register_function, teardown, list_runtimes, watch");
 
     match manager.sweep_orphans().await {
         Ok(0) => {}

@@ -76,6 +76,19 @@ impl fmt::Debug for ChannelRef {
     }
 }
 
+/// Input of `sandbox-code-runner::watch`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[schemars(title = "WatchRequest")]
+pub struct WatchRequest {
+    /// The run's `output`, the writer ref it was given: only its holder
+    /// reads what the run streams.
+    pub output: ChannelRef,
+    /// The last `seq` the watcher already has (the previous answer's
+    /// `next`); omitted: from the oldest frame held.
+    #[serde(default)]
+    pub after: Option<u64>,
+}
+
 /// What became of a streamed run's frames (`RunResponse::output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct OutputSummary {

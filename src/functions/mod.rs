@@ -9,6 +9,7 @@ pub mod register;
 pub mod run;
 pub mod settings;
 pub mod teardown;
+pub mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,7 +23,9 @@ use crate::metering::{metered, OpTotals};
 use crate::runtime::Manager;
 use crate::tenancy::Caller;
 
-pub use crate::function_ids::{LIST_RUNTIMES, REGISTER_FUNCTION, RUN, STATS, TEARDOWN, UI_CONTENT};
+pub use crate::function_ids::{
+    LIST_RUNTIMES, REGISTER_FUNCTION, RUN, STATS, TEARDOWN, UI_CONTENT, WATCH,
+};
 
 fn encode<T: Serialize>(v: T) -> Result<Value, WorkerError> {
     serde_json::to_value(v)
@@ -74,8 +77,9 @@ pub(crate) async fn serve_as(
     }
 }
 
-/// Publishes the three functions, with their schemas, the internal stats
-/// and the guest listener's auth function and registration hook.
+/// Publishes the three functions, the inventory and `watch`, with their
+/// schemas, the internal stats and the guest listener's auth function and
+/// registration hook.
 pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
     guest_auth::publish(bus, manager);
     guest_gate::publish(bus, manager);
@@ -95,6 +99,13 @@ pub fn publish_all(bus: &dyn Bus, manager: &Arc<Manager>) {
             list_runtimes::handle(&m, p).await
         }),
     );
+
+    let m = manager.clone();
+    let watching: Handler = Arc::new(move |p| {
+        let m = m.clone();
+        Box::pin(async move { encode(watch::handle(&m, p).await?) })
+    });
+    bus.publish(watch::spec(), watching);
 
     let m = manager.clone();
     let stats: Handler = Arc::new(move |_p| {
@@ -176,5 +187,6 @@ pub fn specs() -> Vec<FunctionSpec> {
         register::spec(),
         teardown::spec(),
         list_runtimes::spec(),
+        watch::spec(),
     ]
 }

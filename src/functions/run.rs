@@ -96,7 +96,13 @@ fn open_output(
     let budget = std::time::Duration::from_millis(
         timeout_ms.saturating_add(m.config().sdk_install_timeout_ms),
     );
-    Ok(Arc::new(Sink::start(writer, budget)))
+    let sink = Sink::start(writer, budget);
+    // Its recent frames, for `watch` (past the cap of running tails, the
+    // run streams unwatched).
+    Ok(Arc::new(match m.tails().open(channel) {
+        Some(tail) => sink.watched(tail),
+        None => sink,
+    }))
 }
 
 async fn run(

@@ -45,6 +45,25 @@ fn a_minted_token_authenticates_until_its_lease_drops() {
     assert_eq!(tokens.live(), 0);
 }
 
+/// Guest code calls neither the operator's inventory nor `watch`: the
+/// engine refuses both before the worker sees the call (a stream's text
+/// goes only to the holder of its writer ref, and a guest holds none).
+#[rstest]
+#[case::inventory("sandbox-code-runner::list_runtimes")]
+#[case::watch("sandbox-code-runner::watch")]
+fn the_inventory_and_watch_are_forbidden_to_guests(#[case] function_id: &str) {
+    let tokens = GuestTokens::new();
+    for namespace in [None, Some("mine")] {
+        let lease = tokens.mint(namespace, &Lineage::fresh(), 0);
+        let policy = tokens.authenticate(&input(lease.expose()), &[]).unwrap();
+        let forbidden = policy["forbidden_functions"].as_array().unwrap();
+        assert!(
+            forbidden.contains(&json!(function_id)),
+            "{function_id} is callable by a guest ({namespace:?}): {forbidden:?}"
+        );
+    }
+}
+
 #[test]
 fn tokens_are_fresh_and_never_printed() {
     let tokens = GuestTokens::new();

@@ -94,6 +94,8 @@ pub struct Manager {
     tokens: Arc<GuestTokens>,
     /// Lifecycle subscribers (`sandbox-code-runner::event`).
     events: Arc<Hub>,
+    /// The streamed runs' recent output, for `watch`.
+    tails: crate::stream::Tails,
     /// Each guest tenant's budget of VMs.
     tenants: Arc<Tenants>,
     python_sdk: crate::python_sdk::PySdkCache,
@@ -134,6 +136,7 @@ impl Manager {
             vms: Vms::new(daemon, config.warm_pool),
             book: Book::default(),
             events,
+            tails: Default::default(),
             tenants,
             stats: Stats::default(),
             python_sdk: Default::default(),
@@ -355,6 +358,11 @@ impl Manager {
     /// The lifecycle subscribers (for the trigger-type provider).
     pub fn events(&self) -> &Arc<Hub> {
         &self.events
+    }
+
+    /// The streamed runs' recent output (`run` registers, `watch` reads).
+    pub(crate) fn tails(&self) -> &crate::stream::Tails {
+        &self.tails
     }
 
     /// Ready warm VMs of `lang`.

@@ -9,8 +9,10 @@
 
 use serde_json::{json, Value};
 
-/// Which of the code's streams a chunk is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which of the code's streams a chunk is (`stdout` or `stderr` on the
+/// wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Stream {
     Stdout,
     Stderr,

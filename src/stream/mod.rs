@@ -7,13 +7,17 @@
 //! the exec's answer is given what they read. The frames go to the caller's writer from one task per
 //! run through a bounded queue (`sink`): a slow or gone reader loses frames
 //! (the answer says how many), never time of the run or of the worker.
+//! Each streamed run's recent frames are also kept, bounded, for whoever
+//! holds its writer ref to `watch` (`tail`).
 
 mod follow;
 pub mod frames;
 mod sink;
+mod tail;
 
 pub(crate) use follow::StreamTo;
 pub use sink::Sink;
+pub use tail::{Tail, Tails, WatchFrame, Watched};
 
 /// What of each stream is streamed; past it, the rest is only in the
 /// answer (`OutputSummary::cut`). Bounds what a streamed run holds in its

@@ -9,13 +9,14 @@
 //! than the deadlines.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::frames::{data_frame, end_frame, Framer, Stream};
+use super::tail::Tail;
 use crate::bus::FrameWriter;
 use crate::wire::OutputSummary;
 
@@ -42,6 +43,9 @@ struct Queue {
     next_seq: u64,
     /// Taken by the one end frame.
     end: Option<oneshot::Sender<Value>>,
+    /// Where `watch` reads the run's recent frames (every one made, the
+    /// dropped included), if it is watched.
+    tail: Option<Arc<Tail>>,
 }
 
 impl Sink {
@@ -64,10 +68,17 @@ impl Sink {
                 framer: Framer::default(),
                 next_seq: 0,
                 end: Some(end_tx),
+                tail: None,
             }),
             dropped,
             cut: AtomicBool::new(false),
         }
+    }
+
+    /// The same sink, also feeding `tail` (see `tail::Tails`).
+    pub fn watched(mut self, tail: Arc<Tail>) -> Sink {
+        self.queue.get_mut().unwrap_or_else(|p| p.into_inner()).tail = Some(tail);
+        self
     }
 
     /// Bytes of `stream` taken in so far.
@@ -106,6 +117,9 @@ impl Sink {
             cut: self.cut.load(Ordering::Relaxed),
         };
         let frame = end_frame(frames, verdict, summary.dropped);
+        if let Some(tail) = &q.tail {
+            tail.end(&frame);
+        }
         if let Some(end) = q.end.take() {
             let _ = end.send(frame);
         }
@@ -114,6 +128,16 @@ impl Sink {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Sink {
+    /// A run whose side is gone without an end frame (its caller gave up)
+    /// still ends its tail, so the tail is evicted in time.
+    fn drop(&mut self) {
+        if let Some(tail) = &self.lock().tail {
+            tail.close_at(std::time::Instant::now());
+        }
     }
 }
 
@@ -126,6 +150,9 @@ impl Queue {
                 at -= 1;
             }
             let frame = data_frame(self.next_seq, stream, &text[..at]);
+            if let Some(tail) = &self.tail {
+                tail.push(self.next_seq, stream, &text[..at]);
+            }
             self.next_seq += 1;
             if self.tx.try_send(frame).is_err() {
                 dropped.fetch_add(1, Ordering::Relaxed);
