@@ -53,11 +53,12 @@ use defaults::{CONTRACT_DEFAULTS, SEED_DEFAULTS};
 /// The functions a code-runner-compatible worker may publish (after its
 /// `<prefix>::`) that the suite knows: the one list the draft and the tests
 /// read. Every function a golden case triggers is here.
-pub const KNOWN_FUNCTIONS: [&str; 7] = [
+pub const KNOWN_FUNCTIONS: [&str; 8] = [
     "run",
     "register_function",
     "teardown",
     "list_runtimes",
+    "watch",
     "inject-guidance",
     "on-config-change",
     "ui-content",

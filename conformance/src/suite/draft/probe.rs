@@ -180,6 +180,15 @@ async fn surfaces(p: &mut Prober<'_>, present: &[String], listed: &BTreeSet<Stri
             if inventory { "" } else { "not " }
         ),
     );
+    let watch = present.iter().any(|f| f == "watch");
+    p.note(
+        "watch",
+        Prober::yes_no(watch),
+        format!(
+            "{prefix}::watch is {}published",
+            if watch { "" } else { "not " }
+        ),
+    );
     if present.iter().any(|f| f == "inject-guidance") {
         p.note(
             "inject_guidance_hook",
