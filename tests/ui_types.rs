@@ -159,6 +159,7 @@ fn the_uis_function_ids_are_the_workers() {
         ("REGISTER_FUNCTION", ids::REGISTER_FUNCTION),
         ("TEARDOWN", ids::TEARDOWN),
         ("LIST_RUNTIMES", ids::LIST_RUNTIMES),
+        ("WATCH", ids::WATCH),
     ] {
         let line = format!("export const {name} = \"{id}\";");
         assert!(ts.contains(&line), "ui/src/ids.ts lacks `{line}`");

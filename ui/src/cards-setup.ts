@@ -17,7 +17,10 @@ export default async function setup(host: Host): Promise<() => void> {
     console.error(text);
     throw new Error(text);
   }
-  const offs = createRenderers(React).map((renderer) => host.functionTriggers.register(renderer));
+  // A running streamed run's card polls its output through the tab's engine client.
+  const iii = host.iii;
+  const trigger = typeof iii?.trigger === "function" ? iii.trigger.bind(iii) : undefined;
+  const offs = createRenderers(React, { trigger }).map((renderer) => host.functionTriggers.register(renderer));
   return () => {
     for (const off of offs.reverse()) off();
   };

@@ -25,6 +25,7 @@ import {
   unsettledVerdict,
 } from "./frame";
 import { renderInventory } from "./inventory-card";
+import { liveSection, outputRefOf } from "./live";
 import { redactedJson, type TextRedactor } from "./redact";
 import { h, secretChip, type Child, type VElement } from "./vnode";
 
@@ -120,6 +121,8 @@ export function renderRun(inv: Invocation, ctx: CardContext): VElement {
   }
 
   const sections: Child[] = [];
+  // Its output as it is written, while it runs (the live view mounts here).
+  if (inv.running && outputRefOf(inv.input)) sections.push(liveSection());
   if ("result" in output) {
     const value = output.result;
     sections.push(

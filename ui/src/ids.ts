@@ -11,6 +11,8 @@ export const RUN = "sandbox-code-runner::run";
 export const REGISTER_FUNCTION = "sandbox-code-runner::register_function";
 export const TEARDOWN = "sandbox-code-runner::teardown";
 export const LIST_RUNTIMES = "sandbox-code-runner::list_runtimes";
+/** A streamed run's recent output, for the holder of its writer ref (a running run's card). */
+export const WATCH = "sandbox-code-runner::watch";
 /** The runtimes page (`#/ext/sandbox-code-runner-runtimes`). */
 export const PAGE_ID = "sandbox-code-runner-runtimes";
 /** The configuration entry the worker owns, which the page declares. */

@@ -61,6 +61,8 @@ export interface TextRedactor {
   readonly source: string;
   /** The longest text one replacement can cover. */
   readonly longest: number;
+  /** The secrets replaced verbatim (besides ids by shape). */
+  readonly extras: readonly string[];
 }
 
 /**
@@ -83,7 +85,7 @@ export function makeRedactor(extraSecrets: Iterable<string> = []): TextRedactor 
     re.lastIndex = 0;
     return text.replace(re, (m) => shortId(m));
   };
-  return Object.assign(f, { source, longest: Math.max(39, extras[0]?.length ?? 0) });
+  return Object.assign(f, { source, longest: Math.max(39, extras[0]?.length ?? 0), extras: Object.freeze(extras) });
 }
 
 /**
@@ -102,8 +104,8 @@ export function redactClipped(s: string, max: number, redact: TextRedactor, what
   return `${redact(s.slice(0, headEnd))}\n[… ${omitted} ${what} omitted …]\n${redact(s.slice(tailStart))}`;
 }
 
-/** `pos`, or the start of the match that straddles it. */
-function offMatch(s: string, pos: number, redact: TextRedactor): number {
+/** `pos`, or the start of the match that straddles it: where to cut `s` without cutting into an id or a secret. */
+export function offMatch(s: string, pos: number, redact: TextRedactor): number {
   const from = Math.max(0, pos - redact.longest);
   const window = s.slice(from, pos + redact.longest);
   const re = new RegExp(redact.source, "g");
@@ -114,6 +116,31 @@ function offMatch(s: string, pos: number, redact: TextRedactor): number {
     if (m[0].length === 0) re.lastIndex++;
   }
   return pos;
+}
+
+/** The start of a runtime id still arriving at the end of a text: `rt-` and more of its UUID than its short form shows. */
+const PARTIAL_ID_RE = new RegExp(`[Rr][Tt]-${HEX.replace("]", "-]")}{${SHORT_HEX + 1},35}$`);
+
+/**
+ * Where the end of `text` may be the start of an id or a secret still
+ * arriving, longer than its short form shows (`text.length` when it cannot
+ * be): a live view of text that is still growing shows only what comes
+ * before, so no more of one shows than its short form before the whole can
+ * be redacted.
+ */
+export function unfinishedAt(text: string, redact: TextRedactor): number {
+  let at = text.length;
+  for (const secret of redact.extras) {
+    const shown = shortId(secret).length - 1;
+    for (let k = Math.min(secret.length - 1, text.length); k > shown; k--) {
+      if (text.endsWith(secret.slice(0, k))) {
+        at = Math.min(at, text.length - k);
+        break;
+      }
+    }
+  }
+  const id = PARTIAL_ID_RE.exec(text);
+  return id ? Math.min(at, id.index) : at;
 }
 
 /** Shortens every runtime id in `text`. Never throws; non-strings give "". */

@@ -6,6 +6,7 @@
 
 import { RENDERERS, kindOf } from "./cards";
 import type { Invocation } from "./frame";
+import { LIVE_ATTR, outputRefOf, startLive, type ChannelRef, type Trigger } from "./live";
 import { collectSecrets, makeRedactor, type TextRedactor } from "./redact";
 import { renderToDom, renderToString, type Env, type VElement } from "./vnode";
 
@@ -14,12 +15,16 @@ export interface MountOptions {
   copy?: (text: string) => Promise<void>;
   /** Force reduced motion on or off; defaults to `prefers-reduced-motion`. */
   reducedMotion?: boolean;
+  /** The console's engine call (`host.iii.trigger`): a running streamed run's card shows its output live through it. */
+  trigger?: Trigger;
 }
 
 /** A card tree and the filter its text goes through: ids by shape, plus whatever came under a runtime_id key. */
 export interface Card {
   tree: VElement;
   redact: TextRedactor;
+  /** A running run's `output` writer ref: its live view reads through it (never rendered). */
+  live?: ChannelRef;
 }
 
 /** The card of `inv`, or null when no card reads it (another function, a request that is no object, a renderer bug). */
@@ -32,7 +37,10 @@ export function cardOf(inv: Invocation): Card | null {
   }
   const redact = makeRedactor(collectSecrets(inv));
   try {
-    return { tree: RENDERERS[kind](inv, { redact }), redact };
+    const card: Card = { tree: RENDERERS[kind](inv, { redact }), redact };
+    const live = kind === "run" && inv.running ? outputRefOf(inv.input) : null;
+    if (live) card.live = live;
+    return card;
   } catch {
     return null;
   }
@@ -75,7 +83,7 @@ export function defaultCopy(doc: Document): (text: string) => Promise<void> {
   };
 }
 
-/** Replaces `host`'s content with the live card; returns a function that removes it. */
+/** Replaces `host`'s content with the live card (a running streamed run's output polled while it is there); returns a function that removes it. */
 export function mountCard(host: Element, card: Card, options: MountOptions = {}): () => void {
   const doc = host.ownerDocument;
   const env: Env = {
@@ -84,7 +92,10 @@ export function mountCard(host: Element, card: Card, options: MountOptions = {})
   };
   const el = renderToDom(card.tree, doc, env, card.redact);
   host.replaceChildren(el);
+  const spot = card.live && options.trigger ? ((el as Element).querySelector?.(`[${LIVE_ATTR}]`) ?? null) : null;
+  const stopLive = spot && card.live && options.trigger ? startLive(spot, card.live, options.trigger, card.redact, env) : null;
   return () => {
+    stopLive?.();
     if (el.parentNode === host) host.removeChild(el);
   };
 }

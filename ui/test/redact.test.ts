@@ -4,7 +4,7 @@
  * ones; text redaction shortens every id and only ids, even across a cut.
  */
 import { describe, expect, it } from "vitest";
-import { DEFAULT_LIMITS, makeRedactor, redactClipped, redactRaw, redactText, shortId, type JsonValue } from "../src/redact";
+import { DEFAULT_LIMITS, makeRedactor, redactClipped, redactRaw, redactText, shortId, unfinishedAt, type JsonValue } from "../src/redact";
 
 // ─── a small seeded generator (no property-testing dependency) ──────────────
 
@@ -302,6 +302,24 @@ describe("redactClipped", () => {
       }
     }
   });
+});
+
+describe("unfinishedAt (a live view holds back what may be an id or a secret still arriving)", () => {
+  const KEY = "5b0e7c1d-93a4-4f28-b6d2-0e8c41a9f7d3";
+  const redact = makeRedactor([KEY]);
+  const cases: [string, string, number][] = [
+    ["plain text", "step 1: done\n", 13],
+    ["half a secret", `key ${KEY.slice(0, 9)}`, 4],
+    ["no more of a secret than its short form", `total ${KEY.slice(0, 7)}`, 13],
+    ["one character more", `total ${KEY.slice(0, 8)}`, 6],
+    ["a whole secret", `key ${KEY}`, 4 + KEY.length],
+    ["half a runtime id", "kept rt-10f3bc08-c2", 5],
+    ["a whole runtime id", "kept rt-10f3bc08-c2e8-41d9-8d66-5efb6e02ad86", 44],
+    ["no more of an id than its short form", "start rt-10f3", 13],
+  ];
+  for (const [what, text, at] of cases) {
+    it(what, () => expect(unfinishedAt(text, redact)).toBe(at));
+  }
 });
 
 describe("redactText and shortId", () => {

@@ -108,6 +108,28 @@ describe("cards.js setup(host)", () => {
       { ...kept, input: "not an object" },
     ]) expect(run.tryRender(other)).toBeNull();
   });
+
+  it("hands the renderers host.iii.trigger, bound: a running streamed run's card polls watch through it", async () => {
+    const { default: setup } = await import("../src/cards-setup");
+    const rec = fakeHost("sandbox-code-runner/cards.js");
+    const seen: { self: unknown; functionId: string; payload: unknown }[] = [];
+    rec.host.iii = {
+      async trigger(this: unknown, functionId: string, payload?: Record<string, unknown>) {
+        seen.push({ self: this, functionId, payload });
+        return { frames: [{ seq: 0, type: "stdout", data: "step 0: loading shard 0\n" }], next: 0, ended: true, skipped: 0 };
+      },
+    };
+    await setup(rec.host);
+    const run = rec.renderers[0] as FunctionTriggerRenderer;
+    const streaming = fixture("run-streaming");
+    const { el, unmount } = await render(run.tryRenderRunning?.(toMessage(streaming)));
+    await vi.waitFor(() => expect(el.querySelector(".scr-live")?.textContent).toContain("step 0: loading shard 0"));
+    expect(seen[0]?.self).toBe(rec.host.iii);
+    expect(seen[0]?.functionId).toBe("sandbox-code-runner::watch");
+    expect(seen[0]?.payload).toEqual({ output: (streaming.input as { output: unknown }).output });
+    expect(el.innerHTML).not.toContain((streaming.input as { output: { access_key: string } }).output.access_key);
+    await unmount();
+  });
 });
 
 describe("page.js setup(host)", () => {
