@@ -369,6 +369,7 @@ fn chromium_runs_the_embedded_assets_through_the_console_host_stand_in() {
         "run-failing-script",
         "run-infrastructure-error",
         "run-in-flight",
+        "run-live-output",
         "register-function",
         "teardown-runtime",
         "teardown-namespace",

@@ -139,6 +139,39 @@ describe.skipIf(!executable)(`the console-host stand-in in Chromium${executable 
     await page.close();
   });
 
+  it("shows a running streamed run's output live, polled through host.iii.trigger while the call is in flight", async () => {
+    const { page, problems } = await openConsole(stage, { options: { viewport: { width: 900, height: 900 } } });
+    const f = fixture("run-streaming");
+    const ref = (f.input as { output: { access_key: string } }).output;
+    const out = (seq: number, data: string) => ({ seq, type: "stdout" as const, data });
+    await host(page).call((c, script) => c.setWatchScript(script), {
+      batches: [[out(0, "step 0: loading shard 0\n"), out(1, "step 1: loading shard 1\n")], [{ seq: 2, type: "stderr" as const, data: "warning: shard 1 took 2.4 s\n" }], [out(3, "step 2: loading shard 2\n")], [out(4, "step 3: loading shard 3\n")]],
+      ends: false,
+    });
+    const m = toMessage(f);
+    expect(m.running).toBe(true);
+    await show(page, [m]);
+    const card = page.locator(`.ft[data-message-id="${m.id}"]`);
+    // The frames arrive over several polls; the call is in flight all along.
+    await expect.poll(() => card.locator(".scr-live").innerText(), { timeout: 15_000 }).toContain("step 3: loading shard 3");
+    expect(await card.getAttribute("data-function-status")).toBe("running");
+    const blocks = await card.locator(".scr-live figure.scr-term").evaluateAll((figs) => figs.map((fig) => [fig.querySelector("figcaption")?.textContent, fig.querySelector("pre")?.textContent]));
+    expect(blocks).toEqual([
+      ["stdout", "step 0: loading shard 0\nstep 1: loading shard 1"],
+      ["stderr", "warning: shard 1 took 2.4 s"],
+      ["stdout", "step 2: loading shard 2\nstep 3: loading shard 3"],
+    ]);
+    const calls = await host(page).call((c) => c.calls.filter((x) => x.functionId === "sandbox-code-runner::watch").map((x) => x.payload));
+    expect(calls[0]).toEqual({ output: ref });
+    expect(calls.length).toBeGreaterThanOrEqual(4);
+    expect(calls.slice(1).every((p) => typeof p.after === "number")).toBe(true);
+    // The writer ref's key is nowhere: not in the card, not in the raw panes.
+    expect(await page.evaluate(() => document.documentElement.outerHTML)).not.toContain(ref.access_key);
+    await screenshot(card, "run-live-output");
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it("applies redactRaw only to the calls its renderer claims, and fails closed when it throws", async () => {
     const { page } = await openConsole(stage);
     await host(page).call((c) => c.set({ path: "probe/host-checks.js", kind: "script", hash: "1" }));

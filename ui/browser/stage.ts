@@ -91,6 +91,7 @@ export interface ConsoleApi {
   copied: string[];
   calls: { functionId: string; payload: Record<string, unknown> }[];
   setInventory(inv: unknown): void;
+  setWatchScript(script: { batches: { seq: number; type: "stdout" | "stderr"; data: string }[][]; ends: boolean }): void;
 }
 
 export interface AssetRef {

@@ -13,7 +13,7 @@ import * as JsxRuntime from "react/jsx-runtime";
 import type { FunctionTriggerMessage } from "../../src/console";
 import { App, feed } from "./app";
 import { copied } from "./card";
-import { calls, iii, setInventory } from "./iii";
+import { calls, iii, setInventory, setWatchScript } from "./iii";
 import { dispose, loadErrors, loadedAssets, set, stylesSettled, sync, type AssetRef } from "./loader";
 import { pages, renderers } from "./slots";
 
@@ -46,6 +46,7 @@ const api = {
   copied,
   calls,
   setInventory,
+  setWatchScript,
 };
 (window as unknown as { __console: typeof api }).__console = api;
 
