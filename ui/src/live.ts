@@ -5,7 +5,8 @@
  * what the run wrote to stdout and stderr into terminal blocks, in order.
  * Every text goes through the card's redactor; the DOM holds the last
  * 64 KiB; polling stops when the stream ends, on an error answer (a quiet
- * note says so) and on unmount. The ref (its `access_key` a secret) stays
+ * note says so; before any answer a few are taken as the worker not having
+ * taken the run in yet) and on unmount. The ref (its `access_key` a secret) stays
  * in this closure: it is never in the card's tree or its text.
  */
 
@@ -30,6 +31,12 @@ export const POLL_MS = 300;
 export const LIVE_MAX_CHARS = MAX_BLOCK_CHARS;
 /** How long one `watch` call may take. */
 const CALL_TIMEOUT_MS = 10_000;
+/**
+ * Error answers taken before the first answer: the card shows the call as
+ * soon as it is sent, so the worker may not have taken the run in yet (its
+ * writer ref is then unknown). After an answer, an error ends the view.
+ */
+export const EARLY_ERRORS = 10;
 /** Marks the element the live view mounts into. */
 export const LIVE_ATTR = "data-scr-live";
 
@@ -120,6 +127,8 @@ export function startLive(el: Element, ref: ChannelRef, trigger: Trigger, redact
   let stopped = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let note: string = NOTES.waiting;
+  let answered = false;
+  let early = 0;
 
   const draw = () => {
     // While the stream goes on, the end of each stream's last block waits
@@ -148,11 +157,16 @@ export function startLive(el: Element, ref: ChannelRef, trigger: Trigger, redact
       answer = record(await trigger(WATCH, after === undefined ? { output: { ...ref } } : { output: { ...ref }, after }, { timeoutMs: CALL_TIMEOUT_MS }));
     } catch {
       if (stopped) return;
+      if (!answered && ++early < EARLY_ERRORS) {
+        timer = setTimeout(() => void poll(), pollMs);
+        return;
+      }
       note = NOTES.gone;
       draw();
       return;
     }
     if (stopped) return;
+    answered = true;
     let changed = false;
     for (const f of framesOf(answer)) {
       if (after !== undefined && f.seq <= after) continue;

@@ -150,6 +150,23 @@ describe("a running streamed run's card, live", () => {
     expect(liveText(el)).not.toContain("invalid");
   });
 
+  it("takes errors before the first answer as a run not taken in yet, for a few tries, then gives up", async () => {
+    const unknown = Object.assign(new Error("invalid"), { code: "sandbox-code-runner::invalid_request" });
+    const late = scripted([unknown, unknown, { frames: [frame(0, "stdout", "at last\n")], next: 0, ended: false, skipped: 0 }]);
+    const first = mount(running(), { trigger: late.trigger });
+    await vi.advanceTimersByTimeAsync(700);
+    expect(late.calls).toHaveLength(3);
+    expect(blocks(first.el)).toEqual([["stdout", "at last"]]);
+    first.unmount();
+
+    const never = scripted([unknown]);
+    const second = mount(running(), { trigger: never.trigger });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(never.calls.length).toBeGreaterThan(1);
+    expect(never.calls.length).toBeLessThanOrEqual(10);
+    expect(liveText(second.el)).toContain("Live output is no longer available.");
+  });
+
   it("stops polling on unmount, and an answer landing after it changes nothing", async () => {
     let release: (v: unknown) => void = () => {};
     const calls: Call[] = [];
