@@ -1,20 +1,22 @@
-//! The VM's side of a streamed run: its exec writes the code's output to a
-//! copy in the VM instead of to the exec's own streams
-//! (`guest/stream/tee.sh`, put in front by `VmLease::exec` when an exec
-//! carries a [`StreamTo`]), follower execs read the copy while the run
-//! goes on (`guest/stream/follow.sh`), and once the exec has answered the
-//! last ones take the rest. The exec's answer is then given the output the
-//! followers read, cut where the daemon cuts, so the output crosses from
-//! the VM once, and whatever reads the answer next (a relay's verdict, the
-//! result frame) reads what it always did.
+//! The VM's side of a streamed run: its exec's stdout and stderr pass
+//! through one `tee` each (`guest/stream/tee.sh`, put in front by
+//! `VmLease::exec` when an exec carries a [`StreamTo`]), which also copies
+//! them into the VM, and follower execs read the copies while the run goes
+//! on (`guest/stream/follow.sh`). The exec's answer is what it would be
+//! unstreamed; what the followers had not read yet is taken from it, so a
+//! run that ends before a follower looks costs no follower at all, and the
+//! copies are read again only past what the answer holds (the daemon's cut,
+//! or bytes it could not decode).
 //!
-//! A follower waits in the VM until the copy grows or the run's streams
-//! end (polling every 20 ms, up to a second), so output reaches the worker
-//! a poll and an exec after it was written, an idle run costs one exec a
-//! second, and no follower outlives its run in the VM by more than a poll.
+//! The first follower looks once the run has gone on for [`FIRST_LOOK`];
+//! each waits in the VM until the copy grows or the streams end (polling
+//! every 20 ms, up to a second), so output reaches the worker a poll and
+//! an exec after it was written, an idle run costs one exec a second, and
+//! no follower outlives its run in the VM by more than a poll.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine as _;
 
@@ -26,6 +28,13 @@ use crate::sandbox::{ExecOutput, ExecParams, SandboxError};
 const TEE_SH: &str = include_str!("../../guest/stream/tee.sh");
 const FOLLOW_SH: &str = include_str!("../../guest/stream/follow.sh");
 
+/// Where a VM's streamed exec keeps its copies (root's; one streamed exec
+/// at a time uses it, each under a name of its own, `tee.sh`'s `<gen>`).
+const LIVE_DIR: &str = "/tmp/.scr/live";
+/// How long a run goes on before the first follower looks: what it wrote
+/// sooner comes with its answer if it ends by then (most runs do), and a
+/// follower exec would only have competed with it.
+const FIRST_LOOK: Duration = Duration::from_millis(25);
 /// Polls of 20 ms one follower exec waits for output before it answers.
 const POLLS: u32 = 50;
 /// What one follower exec reads of both streams together, at most: two
@@ -34,9 +43,6 @@ const POLLS: u32 = 50;
 const READ_BYTES: usize = DAEMON.stream_cap_bytes.value * 2 / 3;
 /// A follower exec's budget: its polls and its reads, with room.
 const FOLLOW_TIMEOUT_MS: u64 = 5_000;
-/// How long the follower in flight when the run's exec answers is waited
-/// for (it answers within a poll of the streams' end).
-const IN_FLIGHT_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Where a streamed run's execs copy their output: put on the run's exec
 /// (`ExecParams::stream`) and carried by every exec it becomes (a relay, a
@@ -46,27 +52,27 @@ pub(crate) struct StreamTo(Arc<Live>);
 
 impl std::fmt::Debug for StreamTo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StreamTo").field(&self.0.dir).finish()
+        f.debug_tuple("StreamTo").finish()
     }
 }
 
 /// One streamed run's frames, and the exec of it in flight.
 struct Live {
-    /// Each exec's copy is `<dir>.<n>` (a relay that found no interpreter
-    /// is followed by a cold exec with a copy of its own).
-    dir: String,
+    /// Each exec's copies are named `<name>.<n>` (a relay that found no
+    /// interpreter is followed by a cold exec with copies of its own).
+    name: String,
     sink: Arc<Sink>,
     this_exec: Mutex<ThisExec>,
 }
 
-/// The exec in flight: its copy, where its output begins in the run's
-/// streams, and what it wrote, up to the daemon's cut (its answer's
-/// output).
+/// The exec in flight: where its output begins in the run's streams, and
+/// what the followers read of it, up to the daemon's cut (to line it up
+/// with the exec's answer).
 #[derive(Default)]
 struct ThisExec {
     n: u32,
     base: [u64; 2],
-    wrote: [Vec<u8>; 2],
+    read: [Vec<u8>; 2],
 }
 
 /// What one follower exec came to.
@@ -79,28 +85,27 @@ enum Read {
     Full,
     /// It read what there was.
     All,
-    /// The streams had ended and it read all that was left: the copy is
-    /// gone.
+    /// The streams had ended and it read all that was left.
     Ended,
 }
 
 impl StreamTo {
     pub(crate) fn new(sink: Arc<Sink>) -> StreamTo {
         StreamTo(Arc::new(Live {
-            dir: format!("/tmp/.scr/live/{}", crate::guest::new_secret()),
+            name: crate::guest::new_secret(),
             sink,
             this_exec: Mutex::default(),
         }))
     }
 
-    /// The copy of the exec in flight.
-    fn dir(&self) -> String {
-        format!("{}.{}", self.0.dir, self.lock().n)
+    /// The name of the exec in flight's copies.
+    fn gen(&self) -> String {
+        format!("{}.{}", self.0.name, self.lock().n)
     }
 
     /// `exec` (the run's exec `p`, behind the copy) with followers beside
-    /// it until it answers, then the last ones; its answer carries the
-    /// output they read.
+    /// it once it has gone on for [`FIRST_LOOK`]; then the rest of its
+    /// output from its answer.
     pub(crate) async fn run<E, F>(&self, p: ExecParams, exec: E) -> Result<ExecOutput, SandboxError>
     where
         E: Fn(ExecParams) -> F,
@@ -112,51 +117,80 @@ impl StreamTo {
             *this = ThisExec {
                 n: this.n + 1,
                 base: [sink.seen(Stream::Stdout), sink.seen(Stream::Stderr)],
-                wrote: Default::default(),
+                read: Default::default(),
             };
         }
         let run = exec(self.wrap(p));
         tokio::pin!(run);
-        let (answered, mut last) = loop {
-            let read = self.read(&exec, POLLS, false);
-            tokio::pin!(read);
-            tokio::select! {
-                out = &mut run => {
-                    // The follower in the VM sees the streams end and
-                    // answers: it is awaited, not left holding an exec
-                    // slot (unless the copy was never made, and it waits
-                    // out its polls there).
-                    let last = tokio::time::timeout(IN_FLIGHT_GRACE, read).await;
-                    break (out, last.unwrap_or(Read::Full));
-                }
-                r = &mut read => match r {
-                    // The VM's exec slots are full, or it is gone: the
-                    // last reads still take what the copy holds.
-                    Read::Failed => break (run.await, Read::Full),
-                    // The streams ended (the exec is about to answer) and
-                    // all of them was read: nothing is left to follow.
-                    Read::Ended => break (run.await, Read::Ended),
-                    Read::Full | Read::All => {}
-                },
-            }
+        let answered = tokio::select! {
+            out = &mut run => Some(out),
+            _ = tokio::time::sleep(FIRST_LOOK) => None,
         };
-        // Unless the follower in flight saw the streams end and took all,
-        // the last ones take the rest (each at most READ_BYTES).
-        if last != Read::Ended {
-            last = Read::Full;
-        }
-        while last == Read::Full {
-            last = self.read(&exec, 0, true).await;
-        }
-        let mut out = answered?;
-        // The copy took the output unless tee.sh could not make it (then
-        // the exec's own streams have it, as without streaming).
-        if last != Read::Failed && out.stdout.is_empty() && out.stderr.is_empty() {
-            let [stdout, stderr] = std::mem::take(&mut self.lock().wrote);
-            out.stdout = String::from_utf8_lossy(&stdout).into_owned();
-            out.stderr = String::from_utf8_lossy(&stderr).into_owned();
-        }
+        let answered = match answered {
+            Some(out) => out,
+            None => loop {
+                let read = self.read(&exec, POLLS);
+                tokio::pin!(read);
+                tokio::select! {
+                    // The follower in flight is left: it sees the streams
+                    // end within a poll and leaves its exec slot, and the
+                    // answer holds what it would have read.
+                    out = &mut run => break out,
+                    r = &mut read => match r {
+                        // The VM's exec slots are full, or it is gone; or
+                        // the streams ended: the answer brings the rest.
+                        Read::Failed | Read::Ended => break run.await,
+                        Read::Full | Read::All => {}
+                    },
+                }
+            },
+        };
+        let out = answered?;
+        self.rest(Stream::Stdout, &out.stdout, &exec).await;
+        self.rest(Stream::Stderr, &out.stderr, &exec).await;
         Ok(out)
+    }
+
+    /// Streams what of `stream` the followers had not read: from the
+    /// exec's answer (`text`) as far as it is the code's bytes, then from
+    /// the copy.
+    async fn rest<E, F>(&self, stream: Stream, text: &str, exec: &E)
+    where
+        E: Fn(ExecParams) -> F,
+        F: Future<Output = Result<ExecOutput, SandboxError>>,
+    {
+        let sink = &self.0.sink;
+        let i = stream.index();
+        let had = (sink.seen(stream) - self.lock().base[i]) as usize;
+        let bytes = text.as_bytes();
+        // Where the answer goes on from what was read: the answer holds
+        // the same bytes up to there unless the daemon replaced some it
+        // could not decode.
+        let lined_up = had == 0 || {
+            let this = self.lock();
+            this.read[i].len() == had && bytes.starts_with(&this.read[i])
+        };
+        let mut lossy: &[u8] = &[];
+        if lined_up && had <= bytes.len() {
+            let rest = &bytes[had..];
+            // The answer is the code's bytes up to the first U+FFFD (an
+            // undecodable byte, or one the code wrote) and up to the
+            // daemon's cut; past either, the copy has them exactly.
+            let exact = find(rest, "\u{FFFD}".as_bytes()).unwrap_or(rest.len());
+            sink.push(stream, &rest[..exact]);
+            lossy = &rest[exact..];
+            let cut = bytes.len() + 4 >= DAEMON.stream_cap_bytes.value;
+            if lossy.is_empty() && !cut {
+                return;
+            }
+        }
+        let before = sink.seen(stream);
+        while self.read(exec, 0).await == Read::Full {}
+        // No copy to read (it could not be made, or the VM's exec slots
+        // are full): the answer's text is all there is.
+        if sink.seen(stream) == before && !lossy.is_empty() {
+            sink.push(stream, lossy);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ThisExec> {
@@ -164,14 +198,15 @@ impl StreamTo {
     }
 
     /// `p`'s command behind the copy (`tee.sh`): same pid, its output to
-    /// the copy.
+    /// the exec's streams and to the copy.
     fn wrap(&self, mut p: ExecParams) -> ExecParams {
         let mut argv = vec![
             "sh".to_string(),
             "-c".to_string(),
             TEE_SH.to_string(),
             "sh".to_string(),
-            self.dir(),
+            LIVE_DIR.to_string(),
+            self.gen(),
             STREAMED_BYTES.to_string(),
         ];
         argv.append(&mut p.argv);
@@ -179,9 +214,8 @@ impl StreamTo {
         p
     }
 
-    /// One follower exec (`last`: it removes the copy once it has read
-    /// all of it).
-    async fn read<E, F>(&self, exec: &E, polls: u32, last: bool) -> Read
+    /// One follower exec.
+    async fn read<E, F>(&self, exec: &E, polls: u32) -> Read
     where
         E: Fn(ExecParams) -> F,
         F: Future<Output = Result<ExecOutput, SandboxError>>,
@@ -189,22 +223,19 @@ impl StreamTo {
         let sink = &self.0.sink;
         let seen = [sink.seen(Stream::Stdout), sink.seen(Stream::Stderr)];
         let base = self.lock().base;
-        let mut argv = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            FOLLOW_SH.to_string(),
-            "sh".to_string(),
-            self.dir(),
-            (seen[0] - base[0]).to_string(),
-            (seen[1] - base[1]).to_string(),
-            polls.to_string(),
-            READ_BYTES.to_string(),
-        ];
-        if last {
-            argv.push("end".to_string());
-        }
         let p = ExecParams {
-            argv,
+            argv: vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                FOLLOW_SH.to_string(),
+                "sh".to_string(),
+                LIVE_DIR.to_string(),
+                self.gen(),
+                (seen[0] - base[0]).to_string(),
+                (seen[1] - base[1]).to_string(),
+                polls.to_string(),
+                READ_BYTES.to_string(),
+            ],
             timeout_ms: FOLLOW_TIMEOUT_MS,
             ..ExecParams::default()
         };
@@ -234,7 +265,7 @@ impl StreamTo {
             }
             {
                 let mut this = self.lock();
-                let kept = &mut this.wrote[i];
+                let kept = &mut this.read[i];
                 let room = DAEMON.stream_cap_bytes.value.saturating_sub(kept.len());
                 kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
             }
@@ -250,11 +281,15 @@ impl StreamTo {
     }
 }
 
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bus::{BusError, FrameWriter};
-    use std::future::Future;
     use std::pin::Pin;
 
     /// A writer that takes every frame, and says when the end frame came.
@@ -278,54 +313,93 @@ mod tests {
         }
     }
 
-    fn b64(s: &str) -> String {
-        base64::engine::general_purpose::STANDARD.encode(s)
+    type Exec = Box<
+        dyn Fn(ExecParams) -> Pin<Box<dyn Future<Output = Result<ExecOutput, SandboxError>> + Send>>
+            + Send
+            + Sync,
+    >;
+
+    /// A VM as `tee.sh` and `follow.sh` make it: the run's exec answers
+    /// with its output decoded as the daemon decodes it, the copy holds
+    /// the raw bytes (or nothing: `copy` false). A `slow` run has written
+    /// `early` of its stdout when a follower first looks, and answers once
+    /// one has read it.
+    struct Vm {
+        out: &'static [u8],
+        err: &'static [u8],
+        copy: bool,
+        slow: Option<usize>,
+        execs: Mutex<Vec<String>>,
+        looked: tokio::sync::Notify,
+        ended: std::sync::atomic::AtomicBool,
     }
 
-    fn answer(stdout: &str, stderr: &str) -> Result<ExecOutput, SandboxError> {
+    fn vm(out: &'static [u8], err: &'static [u8], copy: bool, slow: Option<usize>) -> Arc<Vm> {
+        Arc::new(Vm {
+            out,
+            err,
+            copy,
+            slow,
+            execs: Mutex::default(),
+            looked: tokio::sync::Notify::new(),
+            ended: Default::default(),
+        })
+    }
+
+    fn b64(b: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    fn answer(stdout: String, stderr: String) -> Result<ExecOutput, SandboxError> {
         Ok(ExecOutput {
-            stdout: stdout.into(),
-            stderr: stderr.into(),
+            stdout,
+            stderr,
             exit_code: Some(0),
             duration_ms: 1,
         })
     }
 
-    /// A VM whose run exec writes `out`/`err` to the copy (or, `own`, to
-    /// its own streams), read by followers in one go.
-    fn vm(
-        out: &'static str,
-        err: &'static str,
-        own: bool,
-    ) -> impl Fn(ExecParams) -> Pin<Box<dyn Future<Output = Result<ExecOutput, SandboxError>> + Send>>
-    {
-        move |p: ExecParams| {
+    fn exec_of(vm: &Arc<Vm>) -> Exec {
+        let vm = vm.clone();
+        Box::new(move |p: ExecParams| {
+            let vm = vm.clone();
             Box::pin(async move {
                 if p.argv[2] == TEE_SH {
-                    return if own {
-                        answer(out, err)
-                    } else {
-                        answer("", "")
-                    };
+                    vm.execs.lock().unwrap().push("run".into());
+                    if vm.slow.is_some() {
+                        vm.looked.notified().await;
+                    }
+                    vm.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return answer(
+                        String::from_utf8_lossy(vm.out).into_owned(),
+                        String::from_utf8_lossy(vm.err).into_owned(),
+                    );
                 }
-                let seen: (usize, usize) = (p.argv[5].parse().unwrap(), p.argv[6].parse().unwrap());
+                vm.execs.lock().unwrap().push("follow".into());
+                if !vm.copy {
+                    return answer(String::new(), String::new());
+                }
+                let ended = vm.ended.load(std::sync::atomic::Ordering::SeqCst);
+                let out = if ended { vm.out } else { &vm.out[..vm.slow.unwrap_or(0)] };
+                let err = if ended { vm.err } else { &[][..] };
+                let seen: (usize, usize) = (p.argv[6].parse().unwrap(), p.argv[7].parse().unwrap());
                 let mut lines = String::new();
-                if !own && seen.0 < out.len() {
+                if seen.0 < out.len() {
                     lines.push_str(&format!("1 {}\n", b64(&out[seen.0..])));
                 }
-                if !own && seen.1 < err.len() {
+                if seen.1 < err.len() {
                     lines.push_str(&format!("2 {}\n", b64(&err[seen.1..])));
                 }
-                answer(&lines, "")
+                if ended {
+                    lines.push_str("end\n");
+                }
+                vm.looked.notify_one();
+                answer(lines, String::new())
             })
-        }
+        })
     }
 
-    async fn streamed(
-        exec: impl Fn(
-            ExecParams,
-        ) -> Pin<Box<dyn Future<Output = Result<ExecOutput, SandboxError>> + Send>>,
-    ) -> (ExecOutput, Vec<serde_json::Value>) {
+    async fn streamed(vm: &Arc<Vm>) -> (ExecOutput, Vec<serde_json::Value>) {
         let frames = Arc::new(Mutex::new(Vec::new()));
         let ended = Arc::new(tokio::sync::Notify::new());
         let sink = Arc::new(Sink::start(
@@ -337,7 +411,7 @@ mod tests {
             argv: vec!["python3".into()],
             ..ExecParams::default()
         };
-        let out = to.run(p, exec).await.unwrap();
+        let out = to.run(p, exec_of(vm)).await.unwrap();
         sink.end(serde_json::json!({}));
         drop(to);
         drop(sink);
@@ -347,38 +421,63 @@ mod tests {
         (out, taken)
     }
 
-    /// The answer is what the code wrote, from the copy the followers
-    /// read (the result frame still in it, for `run_result` to take), and
-    /// the caller got the same bytes as frames, the worker's line left out.
-    #[tokio::test]
-    async fn the_answer_and_the_frames_are_what_the_code_wrote() {
-        let out = "hi\n\n\u{1e}SCR1 s result 1\n";
-        let (answered, frames) = streamed(vm(out, "warn\n", false)).await;
-        assert_eq!(
-            (answered.stdout.as_str(), answered.stderr.as_str()),
-            (out, "warn\n")
-        );
-        let text = |kind: &str| -> String {
-            frames
-                .iter()
-                .filter(|f| f["type"] == kind)
-                .map(|f| f["data"].as_str().unwrap().to_string())
-                .collect()
-        };
-        assert_eq!(
-            (text("stdout"), text("stderr")),
-            ("hi\n".to_string(), "warn\n".to_string())
-        );
+    fn text(frames: &[serde_json::Value], kind: &str) -> String {
+        frames
+            .iter()
+            .filter(|f| f["type"] == kind)
+            .map(|f| f["data"].as_str().unwrap().to_string())
+            .collect()
     }
 
-    /// Where the copy could not be made, the exec's own streams carry the
-    /// output, and the answer keeps them.
-    #[tokio::test]
-    async fn without_a_copy_the_answer_keeps_the_execs_own_output() {
-        let (answered, _) = streamed(vm("own\n", "e\n", true)).await;
+    const OUT: &[u8] = b"hi\nthere\n\n\x1eSCR1 s result 1\n";
+
+    /// A run that ends before a follower looks costs no follower: its
+    /// frames come from its answer (the worker's line left out), and the
+    /// answer is what it would be unstreamed.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_run_is_streamed_from_its_answer() {
+        let vm = vm(OUT, b"warn\n", true, None);
+        let (answered, frames) = streamed(&vm).await;
+        assert_eq!(answered.stdout.as_bytes(), OUT);
         assert_eq!(
-            (answered.stdout.as_str(), answered.stderr.as_str()),
-            ("own\n", "e\n")
+            (text(&frames, "stdout"), text(&frames, "stderr")),
+            ("hi\nthere\n".to_string(), "warn\n".to_string())
         );
+        assert_eq!(*vm.execs.lock().unwrap(), ["run"]);
+    }
+
+    /// What a follower read while the run went on is not sent again when
+    /// the answer brings the rest.
+    #[tokio::test(start_paused = true)]
+    async fn what_followers_read_is_sent_once() {
+        let vm = vm(OUT, b"warn\n", true, Some(3));
+        let (answered, frames) = streamed(&vm).await;
+        assert_eq!(answered.stdout.as_bytes(), OUT);
+        assert_eq!(text(&frames, "stdout"), "hi\nthere\n");
+        assert_eq!(text(&frames, "stderr"), "warn\n");
+        assert_eq!(frames[0]["data"], "hi\n", "the live read came first");
+        assert_eq!(vm.execs.lock().unwrap()[..2], ["run", "follow"]);
+    }
+
+    /// Bytes the daemon could not decode reach the caller as they were
+    /// written (from the copy), not as the answer's U+FFFD.
+    #[tokio::test(start_paused = true)]
+    async fn undecodable_bytes_come_from_the_copy() {
+        let vm = vm(b"ok \xff\xfe!\n", b"", true, None);
+        let (_, frames) = streamed(&vm).await;
+        let got: String = text(&frames, "stdout");
+        // The framer's own lossy text of the exact bytes: one U+FFFD per
+        // bad byte, as a reader of the raw stream would decode it.
+        assert_eq!(got, String::from_utf8_lossy(b"ok \xff\xfe!\n"));
+        assert_eq!(*vm.execs.lock().unwrap(), ["run", "follow"]);
+    }
+
+    /// Without a copy, the answer's text is what the caller gets.
+    #[tokio::test(start_paused = true)]
+    async fn without_a_copy_the_answer_is_streamed() {
+        let vm = vm(b"a\xffb\n", b"e\n", false, None);
+        let (answered, frames) = streamed(&vm).await;
+        assert_eq!(text(&frames, "stdout"), answered.stdout);
+        assert_eq!(text(&frames, "stderr"), "e\n");
     }
 }
