@@ -380,7 +380,11 @@ mod tests {
                     return answer(String::new(), String::new());
                 }
                 let ended = vm.ended.load(std::sync::atomic::Ordering::SeqCst);
-                let out = if ended { vm.out } else { &vm.out[..vm.slow.unwrap_or(0)] };
+                let out = if ended {
+                    vm.out
+                } else {
+                    &vm.out[..vm.slow.unwrap_or(0)]
+                };
                 let err = if ended { vm.err } else { &[][..] };
                 let seen: (usize, usize) = (p.argv[6].parse().unwrap(), p.argv[7].parse().unwrap());
                 let mut lines = String::new();

@@ -2,10 +2,10 @@
 //! handed over (`output`) while the run goes on.
 //!
 //! The daemon's `sandbox::exec` answers only at its end, so the run's exec
-//! writes its output to a copy inside the VM (`guest/stream/tee.sh`, before
+//! tees its output into a copy inside the VM (`guest/stream/tee.sh`, before
 //! the run's own command) that follower execs read beside it (`follow`);
-//! the exec's answer is given what they read. The frames go to the caller's writer from one task per
-//! run through a bounded queue (`sink`): a slow or gone reader loses frames
+//! its answer, unchanged, brings what they had not read. The frames go to
+//! the caller's writer from one task per run through a bounded queue (`sink`): a slow or gone reader loses frames
 //! (the answer says how many), never time of the run or of the worker.
 //! Each streamed run's recent frames are also kept, bounded, for whoever
 //! holds its writer ref to `watch` (`tail`).
