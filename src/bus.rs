@@ -185,12 +185,26 @@ pub trait Bus: Send + Sync + 'static {
 
 /// A data channel's writer end: text frames, in order.
 pub trait FrameWriter: Send + Sync + 'static {
+    /// Reaches the reader's end ahead of the first frame (a writer that
+    /// connects on its first frame would put its handshake there).
+    fn open(&self) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+        Box::pin(async { Ok(()) })
+    }
     fn send(&self, text: String)
         -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>>;
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
 impl FrameWriter for iii_sdk::channel::ChannelWriter {
+    fn open(&self) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+        // No bytes: the SDK's writer connects, and sends nothing.
+        Box::pin(async move {
+            self.write(&[])
+                .await
+                .map_err(|e| BusError::new("CHANNEL", e.to_string()))
+        })
+    }
+
     fn send(
         &self,
         text: String,

@@ -10,10 +10,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt;
 use iii_sdk::IIIClient;
 use sandbox_code_runner::ids::Lang;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Message;
 
 use super::prestart::{paired_ratio, Side};
 use super::*;
@@ -34,17 +36,31 @@ struct Reader {
     _task: tokio::task::JoinHandle<()>,
 }
 
-async fn reader(client: &IIIClient) -> Reader {
+/// A new channel whose reader is connected before this returns: the SDK's
+/// reader connects on its first read, which would put the caller's own
+/// handshake inside the run it times.
+async fn reader(client: &IIIClient, engine: &str) -> Reader {
     let channel = iii_sdk::helpers::create_channel(client, None)
         .await
         .expect("a channel");
     let writer = serde_json::to_value(&channel.writer_ref).expect("a ref");
+    let r = &channel.reader_ref;
+    let url = format!(
+        "{}/ws/channels/{}?key={}&dir=read",
+        engine.trim_end_matches('/'),
+        r.channel_id,
+        percent_encoded(&r.access_key)
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("the reader connects");
     let first = Arc::new(Mutex::new(None));
     let ended = Arc::new(Notify::new());
     let (f, e) = (first.clone(), ended.clone());
-    channel
-        .reader
-        .on_message(move |text| {
+    let task = tokio::spawn(async move {
+        let (_, mut rx) = ws.split();
+        while let Some(Ok(msg)) = rx.next().await {
+            let Message::Text(text) = msg else { continue };
             let frame: Value = serde_json::from_str(&text).unwrap_or_default();
             if frame["type"] == "end" {
                 e.notify_one();
@@ -54,16 +70,26 @@ async fn reader(client: &IIIClient) -> Reader {
                     *first = Some((now_ms(), frame["data"].as_str().unwrap_or("").to_string()));
                 }
             }
-        })
-        .await;
-    let r = channel.reader;
-    let task = tokio::spawn(async move { while let Ok(Some(_)) = r.next_binary().await {} });
+        }
+    });
     Reader {
         writer,
         first,
         ended,
         _task: task,
     }
+}
+
+/// `s` as a URL query value.
+fn percent_encoded(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn first_write(lang: Lang) -> &'static str {
@@ -77,7 +103,7 @@ fn first_write(lang: Lang) -> &'static str {
 
 /// One streamed one-shot run: ms from its first write to its frame.
 async fn first_frame_ms(side: &Side, lang: Lang) -> f64 {
-    let r = reader(&side.client).await;
+    let r = reader(&side.client, &side.stack.url()).await;
     must(
         &side.client,
         "sandbox-code-runner::run",
@@ -149,7 +175,7 @@ pub fn stream(rt: &tokio::runtime::Runtime) {
                 1.2,
                 pairs(20),
                 || async {
-                    let r = reader(&side.client).await;
+                    let r = reader(&side.client, &side.stack.url()).await;
                     let ms = run(Some(r.writer.clone())).await;
                     let _ = tokio::time::timeout(Duration::from_secs(10), r.ended.notified()).await;
                     ms

@@ -1,21 +1,22 @@
 # sandbox-code-runner: one follower exec of a streamed run (tee.sh): waits
 # until the copies of exec <gen> (<dir>/1, <dir>/2) hold more than the
-# worker has (<seen1>, <seen2>), both streams ended (1.end and 2.end say
-# <gen>), or <polls> polls of 20 ms pass, then prints what is new, at most
-# <max> bytes of both together (stdout first): a line `<stream> <base64>`
-# per stream that grew, and `end` once the streams had ended and it read
-# all of them. Copies that are another exec's (<dir>/gen says otherwise)
-# hold nothing for it. It leaves the copies where they are: the next
-# streamed exec empties them.
+# worker has (<seen1>, <seen2>), both streams ended (the two tees <dir>/gen
+# names are gone), or <polls> polls of 20 ms pass, then prints what is
+# new, at most <max> bytes of both together (stdout first): a line
+# `<stream> <base64>` per stream that grew, and `end` once the streams had
+# ended and it read all of them. Copies that are another exec's (<dir>/gen
+# says otherwise) hold nothing for it. It leaves the copies where they
+# are: the next streamed exec empties them.
 # Usage: sh -c "$FOLLOW" sh <dir> <gen> <seen1> <seen2> <polls> <max>
 d=$1 gen=$2 s1=$3 s2=$4 polls=$5 max=$6
-mine() {
-  g=
-  read -r g 2>/dev/null <"$d/$1"
-  [ "$g" = "$gen" ]
+# A tee that has ended: its process is gone, or a zombie not reaped yet.
+ended() {
+  st=
+  read -r _ _ st _ 2>/dev/null <"/proc/$1/stat"
+  [ -z "$st" ] || [ "$st" = Z ] || [ "$st" = X ]
 }
 grown() {
-  if mine gen && sizes=$(stat -c %s "$d/1" "$d/2" 2>/dev/null); then set -- $sizes; else set -- 0 0; fi
+  if [ "$g" = "$gen" ] && sizes=$(stat -c %s "$d/1" "$d/2" 2>/dev/null); then set -- $sizes; else set -- 0 0; fi
   n1=$1 n2=$2
   [ "$n1" -gt "$s1" ] || [ "$n2" -gt "$s2" ]
 }
@@ -24,7 +25,9 @@ i=0
 # read after it are final.
 while :; do
   done=
-  mine 1.end && mine 2.end && done=1
+  g= p1= p2=
+  read -r g p1 p2 2>/dev/null <"$d/gen"
+  [ "$g" = "$gen" ] && [ -n "$p2" ] && ended "$p1" && ended "$p2" && done=1
   grown || [ -n "$done" ] || [ "$i" -ge "$polls" ] || { i=$((i + 1)); sleep 0.02; continue; }
   break
 done

@@ -197,21 +197,9 @@ impl StreamTo {
         self.0.this_exec.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `p`'s command behind the copy (`tee.sh`): same pid, its output to
-    /// the exec's streams and to the copy.
-    fn wrap(&self, mut p: ExecParams) -> ExecParams {
-        let mut argv = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            TEE_SH.to_string(),
-            "sh".to_string(),
-            LIVE_DIR.to_string(),
-            self.gen(),
-            STREAMED_BYTES.to_string(),
-        ];
-        argv.append(&mut p.argv);
-        p.argv = argv;
-        p
+    /// `p`'s command behind the copy (`tee.sh`).
+    fn wrap(&self, p: ExecParams) -> ExecParams {
+        behind_copy(p, LIVE_DIR, &self.gen(), STREAMED_BYTES)
     }
 
     /// One follower exec.
@@ -281,10 +269,38 @@ impl StreamTo {
     }
 }
 
+/// `p`'s command behind the copy of exec `gen`'s output in `dir` (at
+/// most `cap` bytes a stream): in its own shell when it is `sh -c
+/// <script>` (a relay, a turn), so the copy costs no shell of its own; any
+/// other argv is exec'd by a shell that set the copy up.
+fn behind_copy(mut p: ExecParams, dir: &str, gen: &str, cap: u64) -> ExecParams {
+    let start = format!("{TEE_SH}scr_tee '{dir}' '{gen}' {cap}\n");
+    match p.argv.as_mut_slice() {
+        [sh, c, script, ..] if sh == "sh" && c == "-c" => {
+            *script = format!("{start}{script}");
+        }
+        _ => {
+            let mut argv = vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                format!("{start}exec \"$@\"\n"),
+                "sh".to_string(),
+            ];
+            argv.append(&mut p.argv);
+            p.argv = argv;
+        }
+    }
+    p
+}
+
 /// Where `needle` first occurs in `hay`.
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
+
+#[cfg(test)]
+#[path = "follow_scripts_tests.rs"]
+mod scripts_tests;
 
 #[cfg(test)]
 mod tests {
@@ -364,7 +380,7 @@ mod tests {
         Box::new(move |p: ExecParams| {
             let vm = vm.clone();
             Box::pin(async move {
-                if p.argv[2] == TEE_SH {
+                if p.argv[2] != FOLLOW_SH {
                     vm.execs.lock().unwrap().push("run".into());
                     if vm.slow.is_some() {
                         vm.looked.notified().await;

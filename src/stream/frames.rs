@@ -95,7 +95,7 @@ impl Framer {
         }
         let consumed = held.len() - rest.len();
         held.drain(..consumed);
-        (!out.is_empty()).then(|| String::from_utf8_lossy(&out).into_owned())
+        (!out.is_empty()).then(|| text_of(out))
     }
 
     /// What is still held of `stream` once it has ended (an unfinished
@@ -106,8 +106,14 @@ impl Framer {
         if held.is_empty() || held.starts_with(WORKER_LINE) || held.starts_with(RESULT_LEAD) {
             return None;
         }
-        Some(String::from_utf8_lossy(&held).into_owned())
+        Some(text_of(held))
     }
+}
+
+/// `bytes` as text, an invalid byte as U+FFFD (without a copy when there
+/// is none).
+fn text_of(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Whether `b` starts with `\x1eSCR` or `\n\x1eSCR`, or a prefix of
@@ -123,10 +129,7 @@ fn starts_like_worker(b: &[u8]) -> bool {
 
 /// Where the next `\n\x1e` begins, after the first byte.
 fn next_marker(b: &[u8]) -> Option<usize> {
-    b.windows(2)
-        .skip(1)
-        .position(|w| w == b"\n\x1e")
-        .map(|at| at + 1)
+    memchr::memmem::find(b.get(1..)?, b"\n\x1e").map(|at| at + 1)
 }
 
 /// How much of `b` is whole UTF-8 characters (an invalid byte counts as

@@ -170,7 +170,18 @@ async fn pump(
     end: oneshot::Receiver<Value>,
     dropped: std::sync::Arc<AtomicU64>,
 ) {
-    let mut alive = true;
+    // Connected while the run starts, not when its first output is ready.
+    let mut alive = match tokio::time::timeout(SEND_DEADLINE, writer.open()).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e.message, "an output stream's reader cannot be reached");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("an output stream's reader took too long to reach");
+            false
+        }
+    };
     while let Some(frame) = rx.recv().await {
         alive = offer(&*writer, frame, alive, &dropped).await;
     }
