@@ -33,6 +33,7 @@ const DRAIN: Duration = Duration::from_secs(30);
 /// One streamed run's frames.
 pub struct Sink {
     queue: Mutex<Queue>,
+    held: tokio::sync::watch::Sender<bool>,
     dropped: std::sync::Arc<AtomicU64>,
     cut: AtomicBool,
 }
@@ -56,13 +57,15 @@ impl Sink {
         let (tx, rx) = mpsc::channel(QUEUE_FRAMES);
         let (end_tx, end_rx) = oneshot::channel();
         let dropped = std::sync::Arc::new(AtomicU64::new(0));
-        let feeding = pump(writer, rx, end_rx, dropped.clone());
+        let (held, held_rx) = tokio::sync::watch::channel(false);
+        let feeding = pump(writer, rx, end_rx, dropped.clone(), held_rx);
         tokio::spawn(async move {
             if tokio::time::timeout(budget + DRAIN, feeding).await.is_err() {
                 tracing::debug!("an output stream's reader took too long; the rest is dropped");
             }
         });
         Sink {
+            held,
             queue: Mutex::new(Queue {
                 tx,
                 framer: Framer::default(),
@@ -94,6 +97,12 @@ impl Sink {
         }
     }
 
+    /// Holds the frames (queued, not sent) while `held`: the run's answer
+    /// is being finished, and frames sent now would only compete with it.
+    pub fn hold(&self, held: bool) {
+        self.held.send_replace(held);
+    }
+
     /// Notes that a stream passed what is streamed of it.
     pub fn mark_cut(&self) {
         self.cut.store(true, Ordering::Relaxed);
@@ -104,6 +113,7 @@ impl Sink {
     /// frames. The end frame is sent once whatever was queued before it
     /// has been.
     pub fn end(&self, verdict: Value) -> OutputSummary {
+        self.hold(false);
         let mut q = self.lock();
         for stream in [Stream::Stdout, Stream::Stderr] {
             if let Some(text) = q.framer.finish(stream) {
@@ -169,6 +179,7 @@ async fn pump(
     mut rx: mpsc::Receiver<Value>,
     end: oneshot::Receiver<Value>,
     dropped: std::sync::Arc<AtomicU64>,
+    mut held: tokio::sync::watch::Receiver<bool>,
 ) {
     // Connected while the run starts, not when its first output is ready.
     let mut alive = match tokio::time::timeout(SEND_DEADLINE, writer.open()).await {
@@ -183,6 +194,7 @@ async fn pump(
         }
     };
     while let Some(frame) = rx.recv().await {
+        let _ = held.wait_for(|h| !h).await;
         alive = offer(&*writer, frame, alive, &dropped).await;
     }
     if let Ok(last) = end.await {
@@ -217,4 +229,55 @@ async fn offer(writer: &dyn FrameWriter, frame: Value, alive: bool, dropped: &At
         dropped.fetch_add(1, Ordering::Relaxed);
     }
     delivered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::BusError;
+    use std::future::Future;
+    use std::pin::Pin;
+
+    /// A writer that notes every frame it was given.
+    struct Noted(tokio::sync::mpsc::UnboundedSender<Value>);
+
+    impl FrameWriter for Noted {
+        fn send(
+            &self,
+            text: String,
+        ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+            let _ = self.0.send(serde_json::from_str(&text).unwrap());
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async {})
+        }
+    }
+
+    /// Frames made while the run's answer is finished wait in the queue
+    /// (none is lost), and go once the hold ends, or with the end frame.
+    #[rstest::rstest]
+    #[case::released(false)]
+    #[case::ended(true)]
+    #[tokio::test(start_paused = true)]
+    async fn held_frames_wait_and_then_all_go(#[case] by_end: bool) {
+        let (tx, mut sent) = tokio::sync::mpsc::unbounded_channel();
+        let sink = Sink::start(Box::new(Noted(tx)), Duration::from_secs(5));
+        sink.push(Stream::Stdout, b"live\n");
+        let first = tokio::time::timeout(Duration::from_secs(1), sent.recv()).await;
+        assert_eq!(first.unwrap().unwrap()["data"], "live\n");
+        sink.hold(true);
+        sink.push(Stream::Stdout, b"caught up\n");
+        // Paused time: ten seconds pass at once (within the pump's
+        // budget), with the pump free to run.
+        let waited = tokio::time::timeout(Duration::from_secs(10), sent.recv()).await;
+        assert!(waited.is_err(), "a held frame was sent: {waited:?}");
+        if by_end {
+            sink.end(serde_json::json!({"exit_code": 0}));
+        } else {
+            sink.hold(false);
+        }
+        let next = tokio::time::timeout(Duration::from_secs(1), sent.recv()).await;
+        assert_eq!(next.unwrap().unwrap()["data"], "caught up\n");
+    }
 }
