@@ -5,8 +5,9 @@
 //! on (`guest/stream/follow.sh`). The exec's answer is what it would be
 //! unstreamed; what the followers had not read yet is taken from it, so a
 //! run that ends before a follower looks costs no follower at all, and the
-//! copies are read again only past what the answer holds (the daemon's cut,
-//! or bytes it could not decode).
+//! copies are read again only past what the answer holds: past the
+//! daemon's cut by one `tail`, past bytes it could not decode by a
+//! follower.
 //!
 //! The first follower looks once the run has gone on for [`FIRST_LOOK`];
 //! each waits in the VM until the copy grows or the streams end (polling
@@ -41,8 +42,9 @@ const POLLS: u32 = 50;
 /// thirds of the exec output the worker can get back, so the read, in
 /// base64, fits in one answer.
 const READ_BYTES: usize = DAEMON.stream_cap_bytes.value * 2 / 3;
-/// Bytes of the answer a read past the daemon's cut begins with again,
-/// to tell the copy is this exec's.
+/// Bytes of the answer that a read of the copy past the answer's cut
+/// begins with again, to tell the copy is this exec's (ours, not a limit
+/// of the sandbox's).
 const OVERLAP: usize = 64;
 /// A follower exec's budget: its polls and its reads, with room.
 const FOLLOW_TIMEOUT_MS: u64 = 5_000;
