@@ -682,7 +682,10 @@ async fn a_call_killed_by_a_signal_reads_the_same_forked_or_cold() {
 }
 
 /// Node interpreters on this host (not the shells and `setsid`s that start
-/// them), by VM (the double's mount namespace).
+/// them), by VM (the double's mount namespace). One already sent SIGKILL
+/// (a relay drops its interpreter with `kill -KILL` once its call ended)
+/// is not counted: it is gone as soon as it next runs, and on a busy host
+/// that can be after the fill started the one that replaces it.
 struct NodeInterpreters {
     /// The most in one VM.
     most: usize,
@@ -692,6 +695,18 @@ struct NodeInterpreters {
     waiting_here: usize,
 }
 
+/// Whether `pid` has SIGKILL pending (in its own or its process's pending
+/// set, `/proc/<pid>/status`).
+fn killed(pid: &str) -> bool {
+    const SIGKILL_BIT: u64 = 1 << (9 - 1);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().any(|l| {
+        let (key, mask) = l.split_once(':').unwrap_or_default();
+        matches!(key, "SigPnd" | "ShdPnd")
+            && u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & SIGKILL_BIT != 0)
+    })
+}
+
 fn node_interpreters(marker: &str) -> NodeInterpreters {
     let mut by_vm: std::collections::HashMap<String, (usize, bool, usize)> = Default::default();
     for pid in pids_with("/tmp/.scr/pre/ready.mjs") {
@@ -699,7 +714,7 @@ fn node_interpreters(marker: &str) -> NodeInterpreters {
         let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
             continue;
         };
-        if exe.file_name().is_some_and(|n| n == "node") {
+        if exe.file_name().is_some_and(|n| n == "node") && !killed(&pid) {
             let vm = by_vm.entry(ns.to_string_lossy().into_owned()).or_default();
             vm.0 += 1;
             vm.1 |= std::path::Path::new(&format!("/proc/{pid}/root{marker}")).exists();
