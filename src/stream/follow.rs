@@ -167,7 +167,7 @@ impl StreamTo {
     {
         let sink = &self.0.sink;
         let i = stream.index();
-        let had = (sink.seen(stream) - self.lock().base[i]) as usize;
+        let had = self.streamed(stream);
         let bytes = text.as_bytes();
         // Where the answer goes on from what was read: the answer holds
         // the same bytes up to there unless the daemon replaced some it
@@ -215,7 +215,7 @@ impl StreamTo {
     {
         let sink = &self.0.sink;
         let i = stream.index();
-        let had = (sink.seen(stream) - self.lock().base[i]) as usize;
+        let had = self.streamed(stream);
         let overlap = &answer[answer.len() - answer.len().min(OVERLAP)..];
         let p = ExecParams {
             argv: vec![
@@ -245,6 +245,11 @@ impl StreamTo {
         }
         sink.push(stream, past);
         true
+    }
+
+    /// Bytes of `stream` the exec in flight has had taken in so far.
+    fn streamed(&self, stream: Stream) -> usize {
+        (self.0.sink.seen(stream) - self.lock().base[stream.index()]) as usize
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ThisExec> {

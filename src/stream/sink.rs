@@ -182,17 +182,7 @@ async fn pump(
     mut held: tokio::sync::watch::Receiver<bool>,
 ) {
     // Connected while the run starts, not when its first output is ready.
-    let mut alive = match tokio::time::timeout(SEND_DEADLINE, writer.open()).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e.message, "an output stream's reader cannot be reached");
-            false
-        }
-        Err(_) => {
-            tracing::debug!("an output stream's reader took too long to reach");
-            false
-        }
-    };
+    let mut alive = in_time(writer.open()).await;
     while let Some(frame) = rx.recv().await {
         let _ = held.wait_for(|h| !h).await;
         alive = offer(&*writer, frame, alive, &dropped).await;
@@ -209,22 +199,29 @@ async fn pump(
     );
 }
 
+/// Whether `step` (of the writer's) succeeded within [`SEND_DEADLINE`];
+/// a reader that is gone or stalled is only logged.
+async fn in_time(
+    step: impl std::future::Future<Output = Result<(), crate::bus::BusError>>,
+) -> bool {
+    match tokio::time::timeout(SEND_DEADLINE, step).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e.message, "an output stream's reader is gone");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("an output stream's reader stalled");
+            false
+        }
+    }
+}
+
 /// `frame` to a writer that is still `alive`; whether it still is (one
 /// that failed or stalled is given up, and the frame counted dropped, as
 /// is every frame after it).
 async fn offer(writer: &dyn FrameWriter, frame: Value, alive: bool, dropped: &AtomicU64) -> bool {
-    let delivered = alive
-        && match tokio::time::timeout(SEND_DEADLINE, writer.send(frame.to_string())).await {
-            Ok(Ok(())) => true,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e.message, "an output stream's reader is gone");
-                false
-            }
-            Err(_) => {
-                tracing::debug!("an output stream's reader stalled");
-                false
-            }
-        };
+    let delivered = alive && in_time(writer.send(frame.to_string())).await;
     if !delivered {
         dropped.fetch_add(1, Ordering::Relaxed);
     }
