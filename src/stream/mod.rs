@@ -27,3 +27,28 @@ pub const STREAMED_BYTES: u64 = 4 << 20;
 /// Set in a streamed run's env: python's wrappers then flush stdout at
 /// each line (`guest/python/shared.py`), as a terminal would.
 pub(crate) const STREAMED_ENV: &str = "SCR_STREAMED";
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! What the stream's tests share.
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use crate::bus::{BusError, FrameWriter};
+
+    /// A writer that hands every frame over, parsed, as it is sent.
+    pub(crate) struct Noted(pub(crate) tokio::sync::mpsc::UnboundedSender<serde_json::Value>);
+
+    impl FrameWriter for Noted {
+        fn send(
+            &self,
+            text: String,
+        ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+            let _ = self.0.send(serde_json::from_str(&text).unwrap());
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async {})
+        }
+    }
+}

@@ -231,25 +231,7 @@ async fn offer(writer: &dyn FrameWriter, frame: Value, alive: bool, dropped: &At
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bus::BusError;
-    use std::future::Future;
-    use std::pin::Pin;
-
-    /// A writer that notes every frame it was given.
-    struct Noted(tokio::sync::mpsc::UnboundedSender<Value>);
-
-    impl FrameWriter for Noted {
-        fn send(
-            &self,
-            text: String,
-        ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
-            let _ = self.0.send(serde_json::from_str(&text).unwrap());
-            Box::pin(async { Ok(()) })
-        }
-        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-            Box::pin(async {})
-        }
-    }
+    use crate::stream::testing::Noted;
 
     /// Frames made while the run's answer is finished wait in the queue
     /// (none is lost), and go once the hold ends, or with the end frame.

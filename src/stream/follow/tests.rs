@@ -107,6 +107,8 @@ fn exec_of(vm: &Arc<Vm>) -> Exec {
                 vm.execs.lock().unwrap().push("run".into());
                 if vm.slow.is_some() {
                     vm.looked.notified().await;
+                    // It goes on a while (paused time) after it was read.
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
                 vm.ended.store(true, std::sync::atomic::Ordering::SeqCst);
                 return answer(cap(vm.out), cap(vm.err));
@@ -134,6 +136,11 @@ fn exec_of(vm: &Arc<Vm>) -> Exec {
                 lines.push_str("end\n");
             }
             vm.looked.notify_one();
+            if lines.is_empty() {
+                // Nothing new: it waits out its polls, as follow.sh does.
+                let polls: u64 = p.argv[8].parse().unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20 * polls)).await;
+            }
             answer(lines, String::new())
         })
     })
@@ -235,6 +242,39 @@ async fn past_the_daemons_cut_the_copy_is_read(#[case] stale: bool, #[case] call
     assert_eq!(got.len(), LONG.len());
     assert!(got.as_bytes() == &LONG[..], "every byte, once, in order");
     assert_eq!(*vm.execs.lock().unwrap(), calls);
+}
+
+/// A run whose exec is followed by another (a relay that found no
+/// interpreter, then a cold exec) streams the second one live too: what
+/// its follower read is sent while it runs, not held with the first
+/// exec's answer until the run ends.
+#[tokio::test(start_paused = true)]
+async fn a_runs_second_exec_streams_live() {
+    let (tx, mut sent) = tokio::sync::mpsc::unbounded_channel();
+    let sink = Arc::new(Sink::start(
+        Box::new(crate::stream::testing::Noted(tx)),
+        std::time::Duration::from_secs(30),
+    ));
+    let to = StreamTo::new(sink.clone());
+    let p = ExecParams {
+        argv: vec!["python3".into()],
+        ..ExecParams::default()
+    };
+    to.run(p.clone(), exec_of(&vm(b"first\n", b"", true, None)))
+        .await
+        .unwrap();
+    to.run(p, exec_of(&vm(b"early\nlate\n", b"", true, Some(6))))
+        .await
+        .unwrap();
+    let mut before_the_end = String::new();
+    while let Ok(frame) = sent.try_recv() {
+        before_the_end.push_str(frame["data"].as_str().unwrap_or_default());
+    }
+    assert!(
+        before_the_end.contains("first\nearly\n"),
+        "sent while the second exec ran: {before_the_end:?}"
+    );
+    sink.end(serde_json::json!({}));
 }
 
 /// Without a copy, the answer's text is what the caller gets.
