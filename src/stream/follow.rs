@@ -118,10 +118,6 @@ impl StreamTo {
     {
         {
             let sink = &self.0.sink;
-            // Frames held while an earlier exec's answer was finished (a
-            // relay that found no interpreter, before its cold exec) go
-            // now: this exec streams live.
-            sink.hold(false);
             let mut this = self.lock();
             *this = ThisExec {
                 n: this.n + 1,
@@ -155,11 +151,12 @@ impl StreamTo {
             },
         };
         let out = answered?;
-        // What comes now is what the answer brings anyway: its frames wait
-        // until the answer is finished (`Sink::end`) or another exec starts.
+        // What comes now the answer brings anyway: its frames wait while
+        // the rest is read, instead of competing with that read.
         self.0.sink.hold(true);
         self.rest(Stream::Stdout, &out.stdout, &exec).await;
         self.rest(Stream::Stderr, &out.stderr, &exec).await;
+        self.0.sink.hold(false);
         Ok(out)
     }
 

@@ -97,8 +97,10 @@ impl Sink {
         }
     }
 
-    /// Holds the frames (queued, not sent) while `held`: the run's answer
-    /// is being finished, and frames sent now would only compete with it.
+    /// Holds the frames (queued, not sent) while `held`: the worker is
+    /// reading the rest of an exec's output that its answer brings anyway,
+    /// and frames sent now would only compete with that read. `end`
+    /// releases them too.
     pub fn hold(&self, held: bool) {
         self.held.send_replace(held);
     }
@@ -233,7 +235,7 @@ mod tests {
     use super::*;
     use crate::stream::testing::Noted;
 
-    /// Frames made while the run's answer is finished wait in the queue
+    /// Frames made while the rest of an exec is read wait in the queue
     /// (none is lost), and go once the hold ends, or with the end frame.
     #[rstest::rstest]
     #[case::released(false)]
