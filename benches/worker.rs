@@ -369,7 +369,7 @@ fn main() {
     }
     // ---- issue 44: a run's output streamed to its caller ----
     if group_enabled("stream") {
-        stream::stream(&rt);
+        stream::stream(&rt, &target, &client);
     }
     // ---- issue 34: a run into a session against one into a plain kept runtime ----
     if group_enabled("session") {
